@@ -1,0 +1,313 @@
+"""The matching game: dialop's reviewer-paper "optimization" game, for two cooperating seats.
+
+Rules (from dialop, see DESIGN.md):
+- A hidden k x k table of reviewer-paper affinities, values randint(0, 100).
+- Each seat sees each cell independently with probability `p_visible` (0.4). A cell hidden
+  from both seats is set to 50. Each seat's visible numbers are multiplied by a private scale
+  ~U(1, 10) and truncated to int, so raw numbers can't be compared across seats.
+- "Hard" tables only: resample while either seat's best assignment from its own knowledge
+  (unknown cells = 50) already reaches best / `hard_ratio`.
+- Seats alternate turns. The last tag in a turn is the action:
+  `[message] text`, `[propose]` + exactly k `reviewer: paper` lines, `[accept]`, `[reject]`.
+  After a proposal the partner must accept or reject. Accept ends the game; reject clears it.
+- Reward, shared by both seats: true value of the accepted assignment / best assignment value
+  (Hungarian, via scipy). No deal within `max_turns` turns gives 0.
+- A bad action is shown to the actor only, who retries; after `max_retries` retries the turn is
+  forfeited (a forfeited turn with a pending proposal counts as a reject).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+from sparring.games.base import Game, GameStats, StepResult, TurnRecord
+
+REVIEWERS = (
+    "Ava", "Ben", "Cole", "Dana", "Eli", "Faye", "Gus", "Hana",
+    "Ivan", "Jade", "Kai", "Lena", "Milo", "Nora", "Owen", "Pia",
+)  # fmt: skip
+PAPERS = (
+    "BLEU", "GloVe", "ELMo", "BERT", "LoRA", "Adam", "ResNet", "GAN",
+    "Dropout", "Word2Vec", "Seq2Seq", "T5", "RoBERTa", "PPO", "DQN", "CLIP",
+)  # fmt: skip
+
+TAG_RE = re.compile(r"\[(message|propose|accept|reject)\]", re.IGNORECASE)
+PAIR_RE = re.compile(r"^\s*[-*\d.)]*\s*(.+?)\s*(?::|->|=>|→|=|\s-\s)\s*(.+?)\s*[.;,]?\s*$")
+NAME_CUTOFF = 0.75  # difflib ratio needed to accept a misspelt name
+
+
+def best_assignment(values: np.ndarray) -> tuple[list[int], float]:
+    """Max-value perfect matching (row i -> column cols[i]) and its total value."""
+    rows, cols = linear_sum_assignment(values, maximize=True)
+    return cols.tolist(), float(values[rows, cols].sum())
+
+
+def generate_state(
+    seed: int, k: int = 8, p_visible: float = 0.4, hard_ratio: float | None = 1.25,
+    max_tries: int = 20000,
+) -> dict[str, Any]:
+    """A seeded, JSON-serialisable initial state. The same arguments always give the same state.
+
+    Like dialop, if no hard table turns up in `max_tries` draws the last one is kept and the
+    state says `"hard": False` (at k=8 a hard table takes ~6000 draws, ~0.3 s).
+    """
+    if not 2 <= k <= len(REVIEWERS):
+        raise ValueError(f"k must be in [2, {len(REVIEWERS)}], got {k}")
+    rng = np.random.default_rng(seed)
+    for attempt in range(1, max_tries + 1):
+        table = rng.integers(0, 101, size=(k, k))
+        visible = rng.random((2, k, k)) < p_visible  # (seat, reviewer, paper)
+        table[~visible[0] & ~visible[1]] = 50
+        scales = rng.uniform(1.0, 10.0, size=2)
+        best_cols, best = best_assignment(table.astype(float))
+        own = []  # true value of each seat's best guess from its own cells alone
+        for seat in range(2):
+            guess = np.where(visible[seat], table, 50).astype(float)
+            cols, _ = best_assignment(guess)
+            own.append(float(table[np.arange(k), cols].sum()))
+        hard = hard_ratio is None or max(own) < best / hard_ratio
+        if hard:
+            break
+    names = rng.permutation(len(REVIEWERS))[:k], rng.permutation(len(PAPERS))[:k]
+    views = [
+        [[int(table[r, p] * scales[s]) if visible[s, r, p] else None for p in range(k)]
+         for r in range(k)]
+        for s in range(2)
+    ]  # fmt: skip
+    return {
+        "seed": int(seed),
+        "k": k,
+        "reviewers": [REVIEWERS[i] for i in names[0]],
+        "papers": [PAPERS[i] for i in names[1]],
+        "table": table.tolist(),
+        "views": views,
+        "scales": scales.tolist(),
+        "best_value": best,
+        "best_assignment": best_cols,
+        "own_best_values": own,
+        "attempts": attempt,
+        "hard": bool(hard),
+    }
+
+
+class MatchingGame(Game):
+    """Two seats negotiate a reviewer-paper assignment. See the module docstring for rules."""
+
+    name = "matching"
+    roles = ("player_a", "player_b")
+
+    def __init__(
+        self, k: int = 8, p_visible: float = 0.4, hard_ratio: float | None = 1.25,
+        max_turns: int = 30, max_retries: int = 2,
+    ) -> None:  # fmt: skip
+        if max_turns < 2 or max_retries < 0:
+            raise ValueError("max_turns must be >= 2 and max_retries >= 0")
+        self.k, self.p_visible, self.hard_ratio = k, p_visible, hard_ratio
+        self.max_turns, self.max_retries = max_turns, max_retries
+        self.state: dict[str, Any] | None = None
+
+    def generate_state(self, seed: int) -> dict[str, Any]:
+        return generate_state(seed, self.k, self.p_visible, self.hard_ratio)
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def reset(self, state: dict[str, Any]) -> None:
+        self.state = state
+        self.k = state["k"]
+        self._turn = 0  # legal actions + forfeits
+        self._seat = 0
+        self._retries = 0
+        self._proposal: list[int] | None = None  # reviewer i -> paper index
+        self._accepted: list[int] | None = None
+        self._done = False
+        self._transcript: list[TurnRecord] = []
+        self._stats = GameStats([0, 0], [0, 0], [0, 0])
+        self._chat = [[{"role": "system", "content": self._system_prompt(s)}] for s in range(2)]
+        self._tell(0, "You move first.")
+
+    @property
+    def pending_seats(self) -> list[int]:
+        return [] if self._done else [self._seat]
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    @property
+    def rewards(self) -> list[float]:
+        r = self.proposal_value(self._accepted) / self.state["best_value"] if self._accepted else 0.0
+        return [r, r]
+
+    def messages(self, seat: int) -> list[dict[str, str]]:
+        return [dict(m) for m in self._chat[seat]]
+
+    @property
+    def transcript(self) -> list[TurnRecord]:
+        return self._transcript
+
+    @property
+    def stats(self) -> GameStats:
+        return self._stats
+
+    def outcome(self) -> dict[str, Any]:
+        return {
+            "agreed": self._accepted is not None,
+            "accepted_assignment": self._named(self._accepted) if self._accepted else None,
+            "accepted_value": self.proposal_value(self._accepted) if self._accepted else None,
+            "best_value": self.state["best_value"],
+        }
+
+    # ---- the move --------------------------------------------------------------------------
+    def step(self, seat: int, text: str) -> StepResult:
+        if self._done:
+            return StepResult(ok=False, error="the game is over")
+        if seat != self._seat:
+            return StepResult(ok=False, error=f"it is seat {self._seat}'s turn, not seat {seat}'s")
+        text = text if isinstance(text, str) else str(text)
+        self._chat[seat].append({"role": "assistant", "content": text})
+        self._stats.words[seat] += len(text.split())
+        action, error = self.parse(text)
+        if error is None:
+            error = self._check_legal(action)
+        if error is not None:
+            return self._reject_action(seat, text, action, error)
+        self._apply(seat, action)
+        self._transcript.append(TurnRecord(self._turn, seat, text, True, action=action))
+        self._end_turn()
+        return StepResult(ok=True, action=action)
+
+    def _reject_action(self, seat: int, text: str, action: dict | None, error: str) -> StepResult:
+        self._stats.invalid_actions[seat] += 1
+        self._retries += 1
+        forfeited = self._retries > self.max_retries
+        self._transcript.append(TurnRecord(self._turn, seat, text, False, error, action, forfeited))
+        if not forfeited:
+            left = self.max_retries - self._retries + 1
+            self._tell(seat, f"Error: {error}. Try again ({left} tries left).")
+            return StepResult(ok=False, error=error, action=action)
+        self._stats.forfeits[seat] += 1
+        self._tell(seat, f"Error: {error}. You lost your turn.")
+        if self._proposal is not None:  # a forfeited reply to a proposal counts as a reject
+            self._proposal = None
+            self._tell(1 - seat, "Partner did not answer; your proposal was rejected.")
+        else:
+            self._tell(1 - seat, "Partner lost their turn.")
+        self._end_turn()
+        return StepResult(ok=False, error=error, action=action, forfeited=True)
+
+    def _end_turn(self) -> None:
+        self._turn += 1
+        self._retries = 0
+        self._seat = 1 - self._seat
+        if self._accepted is not None or self._turn >= self.max_turns:
+            self._done = True
+
+    def _check_legal(self, action: dict[str, Any]) -> str | None:
+        pending = self._proposal is not None
+        if pending and action["type"] not in ("accept", "reject"):
+            return "your partner made a proposal; reply with [accept] or [reject]"
+        if not pending and action["type"] in ("accept", "reject"):
+            return f"there is no proposal to {action['type']}"
+        return None
+
+    def _apply(self, seat: int, action: dict[str, Any]) -> None:
+        kind, other = action["type"], 1 - seat
+        if kind == "message":
+            self._tell(other, f"Partner: [message] {action['text']}")
+        elif kind == "propose":
+            self._proposal = [self.state["papers"].index(action["assignment"][r])
+                              for r in self.state["reviewers"]]  # fmt: skip
+            self._tell(other, "Partner: " + self.render_proposal(self._proposal))
+        elif kind == "accept":
+            self._accepted, self._proposal = self._proposal, None
+        else:  # reject
+            self._proposal = None
+            self._tell(other, "Partner: [reject]")
+
+    # ---- parsing ---------------------------------------------------------------------------
+    def parse(self, text: str) -> tuple[dict[str, Any] | None, str | None]:
+        """Parse raw model text into an action. Returns (action, None) or (partial, error)."""
+        tags = list(TAG_RE.finditer(text))
+        if not tags:
+            return None, "no action tag; use [message], [propose], [accept] or [reject]"
+        last = tags[-1]
+        kind, body = last.group(1).lower(), text[last.end():].strip()
+        if kind == "message":
+            return ({"type": "message", "text": body}, None) if body else (None, "empty message")
+        if kind in ("accept", "reject"):
+            return {"type": kind}, None
+        return self._parse_proposal(body)
+
+    def _parse_proposal(self, body: str) -> tuple[dict[str, Any] | None, str | None]:
+        reviewers, papers, k = self.state["reviewers"], self.state["papers"], self.k
+        assignment: dict[str, str] = {}
+        errors: list[str] = []
+        for chunk in re.split(r"[\n;,]+", body):
+            m = PAIR_RE.match(chunk)
+            if not chunk.strip() or not m:
+                continue
+            r, p = _match_name(m.group(1), reviewers), _match_name(m.group(2), papers)
+            if r is None or p is None:
+                errors.append(f"unknown name in {chunk.strip()[:40]!r}")
+            elif r in assignment:
+                errors.append(f"reviewer {r} assigned twice")
+            else:
+                assignment[r] = p
+        if errors:
+            return None, "; ".join(errors[:3])
+        if len(set(assignment.values())) != len(assignment):
+            return None, "a paper is assigned to two reviewers"
+        if len(assignment) != k:
+            return None, f"a proposal needs exactly {k} 'reviewer: paper' lines, got {len(assignment)}"
+        return {"type": "propose", "assignment": assignment}, None
+
+    # ---- helpers ---------------------------------------------------------------------------
+    def proposal_value(self, cols: list[int]) -> float:
+        table = self.state["table"]
+        return float(sum(table[r][c] for r, c in enumerate(cols)))
+
+    def _named(self, cols: list[int]) -> dict[str, str]:
+        return {self.state["reviewers"][r]: self.state["papers"][c] for r, c in enumerate(cols)}
+
+    def render_proposal(self, cols: list[int]) -> str:
+        return "[propose]\n" + "\n".join(f"{r}: {p}" for r, p in self._named(cols).items())
+
+    def _tell(self, seat: int, text: str) -> None:
+        """Append to `seat`'s pending user message (merged so roles keep alternating)."""
+        chat = self._chat[seat]
+        if chat[-1]["role"] == "user":
+            chat[-1]["content"] += "\n" + text
+        else:
+            chat.append({"role": "user", "content": text})
+
+    def _system_prompt(self, seat: int) -> str:
+        st = self.state
+        view = st["views"][seat]
+        width = max(len(p) for p in st["papers"]) + 1
+        head = " " * 6 + "".join(p.rjust(width) for p in st["papers"])
+        rows = [
+            r.ljust(6) + "".join(("?" if v is None else str(v)).rjust(width) for v in view[i])
+            for i, r in enumerate(st["reviewers"])
+        ]
+        return (
+            f"You and a partner assign {self.k} reviewers to {self.k} papers, one paper each, "
+            "to maximize the total score. You each see different scores, scaled by a private "
+            "factor; ? means you cannot see it. Share what you know and agree on a plan.\n"
+            "Your scores:\n" + head + "\n" + "\n".join(rows) + "\n"
+            "End each turn with one action: [message] text, [propose] then one "
+            "'reviewer: paper' line per reviewer, [accept], or [reject]."
+        )
+
+
+def _match_name(raw: str, names: list[str]) -> str | None:
+    """Exact (case-insensitive) match, else the closest name above NAME_CUTOFF."""
+    key = re.sub(r"[^a-z0-9]", "", raw.lower())
+    table = {re.sub(r"[^a-z0-9]", "", n.lower()): n for n in names}
+    if key in table:
+        return table[key]
+    close = difflib.get_close_matches(key, list(table), n=1, cutoff=NAME_CUTOFF)
+    return table[close[0]] if close else None

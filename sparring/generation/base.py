@@ -1,0 +1,52 @@
+"""The generation backend interface.
+
+The rollout engine hands a backend a batch of token-id prompts and gets back one completion
+each. Backends own batching, padding and device placement; games and the rollout never see
+them. A second backend (SGLang) only has to implement `generate`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from pydantic import BaseModel, Field
+
+
+class SamplingParams(BaseModel):
+    """How to sample one turn."""
+
+    temperature: float = Field(1.0, ge=0.0)
+    """0 means greedy decoding."""
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    """Nucleus sampling mass."""
+    max_new_tokens: int = Field(64, ge=1)
+    """Cap on generated tokens per turn; a turn cut here is kept as-is."""
+    seed: int | None = 0
+    """Base seed; each generate call derives its own seed from it, so runs repeat exactly."""
+
+
+@dataclass
+class Completion:
+    """One generated turn."""
+
+    token_ids: list[int]
+    """Generated ids, including the stop token if one was produced."""
+    text: str
+    """Decoded text without special tokens."""
+    finish_reason: str
+    """"stop" (hit a stop token) or "length" (hit max_new_tokens)."""
+
+
+class GenerationBackend(ABC):
+    """Generates completions for batches of prompts. `tokenizer` is a HF tokenizer."""
+
+    tokenizer: object
+    name: str
+
+    @abstractmethod
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+        """Complete every prompt (token ids) in one batched call, in order."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release model memory or servers."""
