@@ -54,7 +54,9 @@ def game_corpus(seed: int, n_games: int = 200) -> list[str]:
         state = game.generate_state(seed * 100_003 + i)
         game.reset(state)
         lines.append(game.messages(0)[0]["content"])
-        pairs = "\n".join(f"{r}: {p}" for r, p in zip(state["reviewers"], state["papers"]))
+        pairs = "\n".join(
+            f"{r}: {p}" for r, p in zip(state["reviewers"], state["papers"], strict=True)
+        )
         r, p = rng.choice(state["reviewers"]), rng.choice(state["papers"])
         v = rng.randint(0, 999)
         lines += [

@@ -48,7 +48,10 @@ def best_assignment(values: np.ndarray) -> tuple[list[int], float]:
 
 
 def generate_state(
-    seed: int, k: int = 8, p_visible: float = 0.4, hard_ratio: float | None = 1.25,
+    seed: int,
+    k: int = 8,
+    p_visible: float = 0.4,
+    hard_ratio: float | None = 1.25,
     max_tries: int = 20000,
 ) -> dict[str, Any]:
     """A seeded, JSON-serialisable initial state. The same arguments always give the same state.
@@ -59,7 +62,7 @@ def generate_state(
     if not 2 <= k <= len(REVIEWERS):
         raise ValueError(f"k must be in [2, {len(REVIEWERS)}], got {k}")
     rng = np.random.default_rng(seed)
-    for attempt in range(1, max_tries + 1):
+    for attempt in range(1, max_tries + 1):  # noqa: B007 - reported in the state
         table = rng.integers(0, 101, size=(k, k))
         visible = rng.random((2, k, k)) < p_visible  # (seat, reviewer, paper)
         table[~visible[0] & ~visible[1]] = 50
@@ -139,7 +142,11 @@ class MatchingGame(Game):
 
     @property
     def rewards(self) -> list[float]:
-        r = self.proposal_value(self._accepted) / self.state["best_value"] if self._accepted else 0.0
+        r = (
+            self.proposal_value(self._accepted) / self.state["best_value"]
+            if self._accepted
+            else 0.0
+        )
         return [r, r]
 
     def messages(self, seat: int) -> list[dict[str, str]]:
@@ -235,7 +242,7 @@ class MatchingGame(Game):
         if not tags:
             return None, "no action tag; use [message], [propose], [accept] or [reject]"
         last = tags[-1]
-        kind, body = last.group(1).lower(), text[last.end():].strip()
+        kind, body = last.group(1).lower(), text[last.end() :].strip()
         if kind == "message":
             return ({"type": "message", "text": body}, None) if body else (None, "empty message")
         if kind in ("accept", "reject"):
@@ -262,7 +269,10 @@ class MatchingGame(Game):
         if len(set(assignment.values())) != len(assignment):
             return None, "a paper is assigned to two reviewers"
         if len(assignment) != k:
-            return None, f"a proposal needs exactly {k} 'reviewer: paper' lines, got {len(assignment)}"
+            return (
+                None,
+                f"a proposal needs exactly {k} 'reviewer: paper' lines, got {len(assignment)}",
+            )
         return {"type": "propose", "assignment": assignment}, None
 
     # ---- helpers ---------------------------------------------------------------------------

@@ -1,0 +1,111 @@
+"""A scripted baseline for the matching game.
+
+Strategy, one seat's point of view:
+1. Share: send its highest known cells as `[message] Reviewer Paper value; ...`.
+2. Merge: read the partner's shared cells, convert them into its own scale (median ratio on
+   cells both have seen, else the ratio of means), fill unknown cells with its mean value.
+3. Propose the Hungarian assignment over the merged table once it has heard the partner.
+4. Accept a proposal worth >= `accept_ratio` of its own best plan on the merged table;
+   otherwise reject. After a rejection the proposer shares everything it knows, and the
+   partner proposes next.
+It only reads its own view (`state["views"][seat]`) and its own chat.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from sparring.games.matching import MatchingGame, _match_name, best_assignment
+
+CELL_RE = re.compile(r"([A-Za-z][\w]*)\s+([A-Za-z][\w]*)\s*[:=]?\s*(\d+)")
+
+
+class ScriptedMatchingAgent:
+    """Share, merge, propose the Hungarian optimum, accept good proposals."""
+
+    def __init__(self, max_share: int | None = None, accept_ratio: float = 0.9) -> None:
+        self.max_share = max_share  # cells per message; None = 2k
+        self.accept_ratio = accept_ratio
+
+    def act(self, game: MatchingGame, seat: int) -> str:
+        state = game.state
+        own = np.array([[np.nan if v is None else v for v in row] for row in state["views"][seat]],
+                       dtype=float)  # fmt: skip
+        chat = game.messages(seat)
+        heard = self._heard_cells(chat, state)
+        last = chat[-1]["content"]
+        merged = self._merge(own, heard)
+        pending = _pending_proposal(last, state)
+        if pending is not None:
+            _, best = best_assignment(merged)
+            value = merged[np.arange(len(pending)), pending].sum()
+            return "[accept]" if value >= self.accept_ratio * best else "[reject]"
+        sent = sum(1 for m in chat if m["role"] == "assistant" and "[message]" in m["content"])
+        rejected = "Partner: [reject]" in last
+        if heard and not rejected:
+            cols, _ = best_assignment(merged)
+            return game.render_proposal(cols)
+        # Share the top cells first, then everything once a plan was rejected.
+        limit = None if rejected or sent else (self.max_share or 2 * state["k"])
+        return self._share(own, state, limit)
+
+    @staticmethod
+    def _share(own: np.ndarray, state: dict, limit: int | None) -> str:
+        cells = [(own[r, p], r, p) for r in range(len(own)) for p in range(len(own))
+                 if not np.isnan(own[r, p])]  # fmt: skip
+        cells.sort(reverse=True)
+        cells = cells[:limit] if limit else cells
+        if not cells:
+            return "[message] I can't see any scores. What do you see?"
+        body = "; ".join(
+            f"{state['reviewers'][r]} {state['papers'][p]} {int(v)}" for v, r, p in cells
+        )
+        return f"[message] {body}"
+
+    @staticmethod
+    def _heard_cells(chat: list[dict[str, str]], state: dict) -> dict[tuple[int, int], float]:
+        """Cells the partner shared, parsed from `Partner: [message] ...` lines."""
+        heard: dict[tuple[int, int], float] = {}
+        for m in chat:
+            if m["role"] != "user":
+                continue
+            for line in m["content"].splitlines():
+                if not line.startswith("Partner: [message]"):
+                    continue
+                for r, p, v in CELL_RE.findall(line):
+                    rn, pn = _match_name(r, state["reviewers"]), _match_name(p, state["papers"])
+                    if rn and pn:
+                        heard[(state["reviewers"].index(rn), state["papers"].index(pn))] = float(v)
+        return heard
+
+    @staticmethod
+    def _merge(own: np.ndarray, heard: dict[tuple[int, int], float]) -> np.ndarray:
+        """Own cells + partner cells rescaled into own units; unknown cells = own mean."""
+        known = own[~np.isnan(own)]
+        mean_own = float(known.mean()) if known.size else 50.0
+        ratio = 1.0
+        if heard:
+            overlap = [own[c] / v for c, v in heard.items() if not np.isnan(own[c]) and v > 0]
+            mean_heard = float(np.mean(list(heard.values()))) or 1.0
+            ratio = float(np.median(overlap)) if overlap else mean_own / mean_heard
+        merged = own.copy()
+        for (r, p), v in heard.items():
+            if np.isnan(merged[r, p]):
+                merged[r, p] = v * ratio
+        return np.where(np.isnan(merged), mean_own, merged)
+
+
+def _pending_proposal(last_user: str, state: dict) -> list[int] | None:
+    """The partner's proposal if the last thing said to us was one (reviewer i -> paper idx)."""
+    if "Partner: [propose]" not in last_user:
+        return None
+    body = last_user.split("Partner: [propose]", 1)[1]
+    cols = {}
+    for line in body.strip().splitlines():
+        if ":" in line:
+            r, p = (s.strip() for s in line.split(":", 1))
+            if r in state["reviewers"] and p in state["papers"]:
+                cols[state["reviewers"].index(r)] = state["papers"].index(p)
+    return [cols[i] for i in range(state["k"])] if len(cols) == state["k"] else None

@@ -1,0 +1,50 @@
+"""Shared CLI plumbing: YAML config files merged with command-line overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import yaml
+from pydantic import BaseModel, ValidationError
+
+ConfigT = TypeVar("ConfigT", bound=BaseModel)
+
+
+def parse_params(pairs: tuple[str, ...]) -> dict[str, Any]:
+    """`("k=4", "max_turns=20")` -> {"k": 4, "max_turns": 20} (values parsed as YAML)."""
+    out = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise click.BadParameter(f"expected KEY=VALUE, got {pair!r}")
+        key, value = pair.split("=", 1)
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def load_config(cls: type[ConfigT], path: str | None, overrides: dict[str, Any]) -> ConfigT:
+    """Build `cls` from an optional YAML file plus overrides (None values are ignored).
+
+    Dotted override keys set nested fields: {"sampling.temperature": 0.7}.
+    """
+    data: dict[str, Any] = {}
+    if path:
+        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise click.BadParameter(f"{path} must hold a YAML mapping", param_hint="--config")
+        data = loaded
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        node = data
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    try:
+        return cls.model_validate(data)
+    except ValidationError as e:
+        raise click.UsageError(
+            f"invalid {cls.__name__}{f' in {path}' if path else ''}:\n{e}"
+        ) from e

@@ -1,0 +1,292 @@
+"""Self-play rollout: play many games at once, batching every pending model turn.
+
+    sparring rollout --model runs/tiny --inits runs/inits/train.parquet --out runs/rollout
+
+Each initial state is played `games_per_init` times (GRPO's group size). All games advance
+together: at each step, the pending turns of every game are grouped by the policy that plays
+that seat, and each model policy answers all of its turns in ONE batched `generate` call.
+Scripted seats answer inline. Outputs:
+    games.jsonl       one line per game: transcript, actions, errors, turns, seed, rewards
+    samples.parquet   one row per (game, seat) played by a model (schema: sparring.samples)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from pydantic import BaseModel, Field, model_validator
+from tqdm.auto import tqdm
+
+from sparring.agents import Agent, make_agent
+from sparring.games import Game, make_game
+from sparring.generation.base import GenerationBackend, SamplingParams
+from sparring.samples import TokenTrace, sample_row, write_samples
+
+Policy = GenerationBackend | Agent
+
+
+class RolloutConfig(BaseModel):
+    """Settings of one rollout step."""
+
+    game: str = "matching"
+    """Registered game name (see sparring.games.GAMES)."""
+    game_params: dict[str, Any] = Field(default_factory=dict)
+    """Game rule parameters, e.g. {k: 4, max_turns: 30}; must match game-init's."""
+    games_per_init: int = Field(2, ge=1)
+    """Plays of each initial state (GRPO group size for the `init` key)."""
+    seats: list[str] | None = None
+    """Policy name per seat; None = every seat is `policy` (pure self-play)."""
+    sampling: SamplingParams = Field(default_factory=SamplingParams)
+    max_batch_size: int = Field(64, ge=1)
+    """Largest batch per generate call; bigger batches are split."""
+    max_context_tokens: int = Field(4096, ge=64)
+    """A game whose next prompt + max_new_tokens would exceed this ends (no deal)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> RolloutConfig:
+        if self.max_context_tokens <= self.sampling.max_new_tokens:
+            raise ValueError(
+                f"max_context_tokens ({self.max_context_tokens}) must exceed "
+                f"sampling.max_new_tokens ({self.sampling.max_new_tokens})"
+            )
+        return self
+
+
+@dataclass
+class Episode:
+    """One finished game, as written to games.jsonl."""
+
+    game_id: str
+    init_id: str
+    game_name: str
+    seed: int
+    roles: list[str]
+    seat_policies: list[str]
+    state: dict[str, Any]
+    rewards: list[float]
+    num_turns: int
+    invalid_actions: list[int]
+    forfeits: list[int]
+    words: list[int]
+    transcript: list[dict[str, Any]]
+    messages: list[list[dict[str, str]]]
+    outcome: dict[str, Any]
+    group_keys: list[dict[str, str]] = field(default_factory=list)
+    truncated: bool = False
+    """True if the game was cut because a prompt outgrew max_context_tokens."""
+
+
+@dataclass
+class RolloutResult:
+    """Episodes, sample rows and throughput figures of one rollout."""
+
+    episodes: list[Episode]
+    samples: list[dict[str, Any]]
+    seconds: float
+    generate_calls: int
+    generated_tokens: int
+
+
+def _finish(
+    game: Game, game_id: str, init_id: str, state: dict, seats: list[str], truncated: bool
+) -> Episode:
+    stats = game.stats
+    keys = [
+        game.group_keys(s) if hasattr(game, "group_keys") else {} for s in range(game.num_seats)
+    ]
+    return Episode(
+        game_id=game_id, init_id=init_id, game_name=game.name, seed=int(state.get("seed", -1)),
+        roles=list(game.roles), seat_policies=list(seats), state=state, rewards=list(game.rewards),
+        num_turns=game.num_turns, invalid_actions=list(stats.invalid_actions),
+        forfeits=list(stats.forfeits), words=list(stats.words),
+        transcript=[asdict(t) for t in game.transcript],
+        messages=[game.messages(s) for s in range(game.num_seats)], outcome=game.outcome(),
+        group_keys=keys, truncated=truncated,
+    )  # fmt: skip
+
+
+def play(
+    inits: list[tuple[str, dict[str, Any]]],
+    policies: dict[str, Policy],
+    cfg: RolloutConfig,
+    progress: bool = True,
+    scripted_tokenizer: Any = None,
+) -> RolloutResult:
+    """Play every (init_id, state) `cfg.games_per_init` times with the given seat policies.
+
+    Samples are built for model seats; pass `scripted_tokenizer` to build them for scripted
+    seats too (warm-start data for SFT).
+    """
+    t0 = time.perf_counter()
+    games: list[Game] = []
+    meta: list[tuple[str, str, dict]] = []
+    for init_id, state in inits:
+        for g in range(cfg.games_per_init):
+            game = make_game(cfg.game, **cfg.game_params)
+            game.reset(state)
+            games.append(game)
+            meta.append((f"{init_id}#{g}", init_id, state))
+    if not games:
+        raise ValueError("no initial states to play")
+    seats = cfg.seats or ["policy"] * games[0].num_seats
+    if len(seats) != games[0].num_seats:
+        raise ValueError(
+            f"{cfg.game} has {games[0].num_seats} seats but `seats` lists {len(seats)}"
+        )
+    unknown = sorted(set(seats) - set(policies))
+    if unknown:
+        raise ValueError(
+            f"seats name policies {unknown} that were not provided ({sorted(policies)})"
+        )
+    traces = [[_trace(policies[p], scripted_tokenizer) for p in seats] for _ in games]
+    truncated = [False] * len(games)
+    calls = 0
+    bar = tqdm(total=len(games), desc="games", unit="game", disable=not progress)
+    done = [False] * len(games)
+    while not all(done):
+        turns: dict[str, list[tuple[int, int]]] = {}
+        for gi, game in enumerate(games):
+            if not done[gi]:
+                for seat in game.pending_seats:
+                    turns.setdefault(seats[seat], []).append((gi, seat))
+        for name, todo in turns.items():
+            policy = policies[name]
+            if isinstance(policy, GenerationBackend):
+                calls += _model_turns(policy, todo, games, traces, truncated, cfg)
+            else:
+                for gi, seat in todo:
+                    _scripted_turn(policy, games[gi], seat, traces[gi][seat])
+        for gi, game in enumerate(games):
+            if not done[gi] and (game.done or truncated[gi]):
+                done[gi] = True
+                bar.update(1)
+    bar.close()
+    episodes = [_finish(g, *m, seats, t) for g, m, t in zip(games, meta, truncated, strict=True)]
+    samples = [
+        row
+        for ep, trace_row in zip(episodes, traces, strict=True)
+        for seat, trace in enumerate(trace_row)
+        if trace is not None and (row := sample_row(ep, seat, trace)) is not None
+    ]
+    tokens = sum(getattr(p, "generated_tokens", 0) for p in policies.values())
+    return RolloutResult(episodes, samples, time.perf_counter() - t0, calls, tokens)
+
+
+def _trace(policy: Policy, scripted_tokenizer: Any) -> TokenTrace | None:
+    if isinstance(policy, GenerationBackend):
+        return TokenTrace(policy.tokenizer)
+    return TokenTrace(scripted_tokenizer) if scripted_tokenizer is not None else None
+
+
+def _scripted_turn(agent: Agent, game: Game, seat: int, trace: TokenTrace | None) -> None:
+    if trace is not None:
+        trace.prompt(game.messages(seat))
+    text = agent.act(game, seat)
+    game.step(seat, text)
+    if trace is not None:
+        trace.reply(_through_reply(game.messages(seat), text), None)
+
+
+def _model_turns(
+    backend: GenerationBackend, todo: list[tuple[int, int]], games: list[Game],
+    traces: list[list[TokenTrace | None]], truncated: list[bool], cfg: RolloutConfig,
+) -> int:  # fmt: skip
+    """Answer all of one model's pending turns with a single batched generate call."""
+    prompts, live = [], []
+    for gi, seat in todo:
+        if truncated[gi]:
+            continue
+        ids = traces[gi][seat].prompt(games[gi].messages(seat))
+        if len(ids) + cfg.sampling.max_new_tokens > cfg.max_context_tokens:
+            truncated[gi] = True
+            continue
+        prompts.append(ids)
+        live.append((gi, seat))
+    if not prompts:
+        return 0
+    for (gi, seat), out in zip(live, backend.generate(prompts, cfg.sampling), strict=True):
+        if truncated[gi]:
+            continue
+        games[gi].step(seat, out.text)
+        # The game appended our text as the seat's last assistant message; record its ids.
+        traces[gi][seat].reply(_through_reply(games[gi].messages(seat), out.text), out.token_ids)
+    return 1
+
+
+def _through_reply(messages: list[dict[str, str]], text: str) -> list[dict[str, str]]:
+    """The seat's messages up to and including the assistant message `step` just added."""
+    last = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
+    if messages[last]["content"] != text:
+        raise RuntimeError("game.step must append the seat's text as its last assistant message")
+    return messages[: last + 1]
+
+
+def load_inits(path: str | Path, limit: int | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """Read (init_id, state) pairs from a game-init parquet."""
+    df = pd.read_parquet(path)
+    if limit is not None:
+        df = df.head(limit)
+    return [(r.init_id, json.loads(r.state)) for r in df.itertuples()]
+
+
+def write_outputs(result: RolloutResult, out_dir: str | Path) -> dict[str, Path]:
+    """Write games.jsonl, samples.parquet and a small stats.json into `out_dir`."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "games.jsonl", "w") as f:
+        for ep in result.episodes:
+            f.write(json.dumps(asdict(ep)) + "\n")
+    paths = {"games": out / "games.jsonl", "stats": out / "stats.json"}
+    if result.samples:
+        paths["samples"] = write_samples(result.samples, out / "samples.parquet")
+    (out / "stats.json").write_text(json.dumps(rollout_stats(result), indent=2))
+    return paths
+
+
+def rollout_stats(result: RolloutResult) -> dict[str, float]:
+    """The `rollout/*` and `perf/*` metrics of one rollout."""
+    eps = result.episodes
+    n = max(len(eps), 1)
+    seats = sum(len(e.rewards) for e in eps) or 1
+    return {
+        "rollout/games": len(eps),
+        "rollout/normalized_reward": sum(e.rewards[0] for e in eps) / n,
+        "rollout/agreement_rate": sum(bool(e.outcome.get("agreed")) for e in eps) / n,
+        "rollout/turns": sum(e.num_turns for e in eps) / n,
+        "rollout/invalid_per_seat": sum(sum(e.invalid_actions) for e in eps) / seats,
+        "rollout/truncated": sum(e.truncated for e in eps) / n,
+        "perf/rollout_seconds": result.seconds,
+        "perf/games_per_second": len(eps) / max(result.seconds, 1e-9),
+        "perf/generated_tokens": result.generated_tokens,
+        "perf/tokens_per_second": result.generated_tokens / max(result.seconds, 1e-9),
+        "perf/generate_calls": result.generate_calls,
+    }
+
+
+def build_policies(
+    model: str | None, seats: list[str] | None, device: str = "auto", max_batch_size: int = 64,
+    extra_models: dict[str, str] | None = None,
+) -> dict[str, Policy]:  # fmt: skip
+    """Policies for a rollout: `policy` = the model; any other seat name is a scripted agent
+    registered in sparring.agents, or a key of `extra_models` (name -> checkpoint path)."""
+    from sparring.generation.hf import HFBackend
+
+    policies: dict[str, Policy] = {}
+    extra_models = extra_models or {}
+    for name in sorted(set(seats or ["policy"])):
+        if name == "policy":
+            if model is None:
+                raise ValueError("a `policy` seat needs --model")
+            policies[name] = HFBackend(model, device=device, max_batch_size=max_batch_size)
+        elif name in extra_models:
+            policies[name] = HFBackend(
+                extra_models[name], device=device, max_batch_size=max_batch_size
+            )
+        else:
+            policies[name] = make_agent(name)
+    return policies

@@ -1,0 +1,159 @@
+"""Token ids and assistant masks, built turn by turn, and the samples parquet schema.
+
+`TokenTrace` keeps one seat's conversation as token ids while the game runs. Each turn it
+appends only the new chat-template text (the scaffolding and the other side's messages, mask
+0) and then the seat's reply: the ids the model actually generated (mask 1), or, for a scripted
+seat, the tokenized text plus the EOS token. Re-tokenizing a finished conversation can drift
+from what was generated (a verl pitfall); this never does. For canonical tokenizations the ids
+equal `apply_chat_template(whole conversation)` exactly (tested).
+
+One samples row per (game, seat):
+    sample_id, game_id, init_id, seat, role, policy   identifiers
+    game, init, role (+ game-specific keys)             GRPO group keys
+    input_ids        list[int]    the whole conversation from this seat's view  (T,)
+    assistant_mask   list[int]    1 on this seat's own generated tokens          (T,)
+    token_rewards    list[float]  reward on the last masked token, else 0        (T,)
+    reward, normalized_reward     float
+    messages, prompt              list[{role, content}] (prompt = up to the first reply)
+    data_source, reward_model     verl-compatible: {normalized_reward, game_state (JSON)}
+    num_turns, invalid_actions    int
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+
+class TemplateError(ValueError):
+    """The tokenizer's chat template can't be extended turn by turn."""
+
+
+@dataclass
+class TokenTrace:
+    """One seat's conversation as token ids plus an assistant mask."""
+
+    tokenizer: Any
+    input_ids: list[int] = field(default_factory=list)
+    assistant_mask: list[int] = field(default_factory=list)
+    _rendered: str = ""  # template text that `input_ids` already covers
+
+    def _render(self, messages: list[dict[str, str]], generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=generation_prompt
+        )
+
+    def _append_text(self, text: str, mask: int) -> None:
+        ids = self.tokenizer.encode(text, add_special_tokens=False) if text else []
+        self.input_ids += ids
+        self.assistant_mask += [mask] * len(ids)
+        self._rendered += text
+
+    def prompt(self, messages: list[dict[str, str]]) -> list[int]:
+        """Extend with everything new in `messages` plus the generation prompt; return all ids."""
+        full = self._render(messages, generation_prompt=True)
+        if not full.startswith(self._rendered):
+            raise TemplateError(
+                "the chat template re-renders earlier turns differently, so tokens can't be "
+                "built turn by turn; use a template whose prefixes are stable (e.g. ChatML)"
+            )
+        self._append_text(full[len(self._rendered) :], 0)
+        return list(self.input_ids)
+
+    def reply(self, messages: list[dict[str, str]], generated_ids: list[int] | None) -> None:
+        """Add the seat's reply, which is `messages[-1]` (an assistant message).
+
+        `generated_ids` are the model's ids (ending with EOS unless cut by length); None means
+        a scripted reply, tokenized here and closed with EOS, all with mask 1.
+        """
+        content = messages[-1]["content"]
+        eos_id, eos_text = self.tokenizer.eos_token_id, self.tokenizer.eos_token
+        ids = generated_ids
+        if ids is None:
+            ids = self.tokenizer.encode(content, add_special_tokens=False) + [eos_id]
+        closed = self._render(messages, generation_prompt=False)
+        if not closed.startswith(self._rendered + content):
+            raise TemplateError("the chat template changes assistant content (e.g. trims it)")
+        self.input_ids += ids
+        self.assistant_mask += [1] * len(ids)
+        self._rendered += content
+        tail = closed[len(self._rendered) :]
+        if ids and ids[-1] == eos_id and tail.startswith(eos_text):
+            self._rendered += eos_text  # the EOS is already in the ids, trained on
+            tail = tail[len(eos_text) :]
+        self._append_text(tail, 0)
+
+
+def last_reply_index(assistant_mask: list[int]) -> int:
+    """Index of the seat's last own token (-1 if it never spoke)."""
+    for i in range(len(assistant_mask) - 1, -1, -1):
+        if assistant_mask[i]:
+            return i
+    return -1
+
+
+def sample_row(episode: Any, seat: int, trace: TokenTrace) -> dict[str, Any] | None:
+    """The samples-parquet row for one seat of a finished episode (None if it never spoke)."""
+    end = last_reply_index(trace.assistant_mask)
+    if end < 0:
+        return None
+    ids, mask = trace.input_ids[: end + 1], trace.assistant_mask[: end + 1]
+    # Keep the closing scaffolding after the last reply (e.g. "\n") out: nothing to learn there.
+    reward = float(episode.rewards[seat])
+    token_rewards = [0.0] * len(ids)
+    token_rewards[end] = reward
+    messages = episode.messages[seat]
+    last_assistant = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
+    first_assistant = min(i for i, m in enumerate(messages) if m["role"] == "assistant")
+    return {
+        "sample_id": f"{episode.game_id}/{seat}",
+        "game_id": episode.game_id,
+        "init_id": episode.init_id,
+        "seat": seat,
+        "role": episode.roles[seat],
+        "policy": episode.seat_policies[seat],
+        "game": episode.game_id,
+        "init": episode.init_id,
+        **episode.group_keys[seat],
+        "input_ids": ids,
+        "assistant_mask": mask,
+        "token_rewards": token_rewards,
+        "reward": reward,
+        "normalized_reward": reward,
+        "messages": messages[: last_assistant + 1],
+        "prompt": messages[:first_assistant],
+        "data_source": f"sparring/{episode.game_name}",
+        "reward_model": {"normalized_reward": reward, "game_state": json.dumps(episode.state)},
+        "num_turns": episode.num_turns,
+        "invalid_actions": episode.invalid_actions[seat],
+    }
+
+
+def write_samples(rows: list[dict[str, Any]], path: str | Path) -> Path:
+    """Write sample rows to parquet (one row per (game, seat))."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_parquet(path, index=False)
+    return path
+
+
+REQUIRED_COLUMNS = ("input_ids", "assistant_mask", "token_rewards")
+
+
+def read_samples(paths: list[str | Path] | str | Path) -> pd.DataFrame:
+    """Read and concatenate samples parquets, checking the training columns exist."""
+    paths = [paths] if isinstance(paths, str | Path) else list(paths)
+    if not paths:
+        raise ValueError("no samples files given")
+    frames = [pd.read_parquet(p) for p in paths]
+    df = pd.concat(frames, ignore_index=True)
+    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if missing:
+        raise ValueError(
+            f"samples {paths} lack columns {missing}; were they written by `sparring rollout`?"
+        )
+    return df
