@@ -145,7 +145,7 @@ def play(
         )
     traces = [[_trace(policies[p], scripted_tokenizer) for p in seats] for _ in games]
     truncated = [False] * len(games)
-    calls = 0
+    calls = step = 0
     bar = tqdm(total=len(games), desc="games", unit="game", disable=not progress)
     done = [False] * len(games)
     while not all(done):
@@ -154,10 +154,16 @@ def play(
             if not done[gi]:
                 for seat in game.pending_seats:
                     turns.setdefault(seats[seat], []).append((gi, seat))
+        sampling = cfg.sampling
+        if sampling.seed is not None:  # a distinct, reproducible seed for every step
+            sampling = sampling.model_copy(update={"seed": sampling.seed * 100_003 + step})
+        step += 1
         for name, todo in turns.items():
             policy = policies[name]
             if isinstance(policy, GenerationBackend):
-                calls += _model_turns(policy, todo, games, traces, truncated, cfg)
+                calls += _model_turns(
+                    policy, todo, games, traces, truncated, cfg.max_context_tokens, sampling
+                )
             else:
                 for gi, seat in todo:
                     _scripted_turn(policy, games[gi], seat, traces[gi][seat])
@@ -194,7 +200,8 @@ def _scripted_turn(agent: Agent, game: Game, seat: int, trace: TokenTrace | None
 
 def _model_turns(
     backend: GenerationBackend, todo: list[tuple[int, int]], games: list[Game],
-    traces: list[list[TokenTrace | None]], truncated: list[bool], cfg: RolloutConfig,
+    traces: list[list[TokenTrace | None]], truncated: list[bool], max_context: int,
+    sampling: SamplingParams,
 ) -> int:  # fmt: skip
     """Answer all of one model's pending turns with a single batched generate call."""
     prompts, live = [], []
@@ -202,14 +209,14 @@ def _model_turns(
         if truncated[gi]:
             continue
         ids = traces[gi][seat].prompt(games[gi].messages(seat))
-        if len(ids) + cfg.sampling.max_new_tokens > cfg.max_context_tokens:
+        if len(ids) + sampling.max_new_tokens > max_context:
             truncated[gi] = True
             continue
         prompts.append(ids)
         live.append((gi, seat))
     if not prompts:
         return 0
-    for (gi, seat), out in zip(live, backend.generate(prompts, cfg.sampling), strict=True):
+    for (gi, seat), out in zip(live, backend.generate(prompts, sampling), strict=True):
         if truncated[gi]:
             continue
         games[gi].step(seat, out.text)

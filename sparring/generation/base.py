@@ -23,7 +23,8 @@ class SamplingParams(BaseModel):
     max_new_tokens: int = Field(64, ge=1)
     """Cap on generated tokens per turn; a turn cut here is kept as-is."""
     seed: int | None = 0
-    """Base seed; each generate call derives its own seed from it, so runs repeat exactly."""
+    """Seed of one generate call (None = unseeded). The rollout derives one per step from
+    its base seed, so a whole rollout repeats exactly."""
 
 
 @dataclass

@@ -38,13 +38,13 @@ class HFBackend(GenerationBackend):
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
             self.pad_id = self.tokenizer.eos_token_id
-        self.stop_ids = sorted(
-            {self.tokenizer.eos_token_id, *_as_list(self.model.generation_config.eos_token_id)}
-            - {None}
-        )
+        eos = {self.tokenizer.eos_token_id, *_as_list(self.model.generation_config.eos_token_id)}
+        self.eos_ids = sorted(eos - {None})
+        # Any special token ends a turn (a model opening a new turn mid-reply, say); only EOS is
+        # kept in the reply, so a reply's text always equals the decode of its ids.
+        self.stop_ids = sorted(set(self.eos_ids) | set(self.tokenizer.all_special_ids))
         self.forward_seconds = 0.0
         self.generated_tokens = 0
-        self._calls = 0
         self._t0 = 0.0
         self.model.register_forward_pre_hook(self._start_clock)
         self.model.register_forward_hook(self._stop_clock)
@@ -72,8 +72,7 @@ class HFBackend(GenerationBackend):
             input_ids[i, width - len(p) :] = torch.tensor(p)
             attention_mask[i, width - len(p) :] = 1
         if params.seed is not None:
-            torch.manual_seed(params.seed + self._calls)  # a fresh, reproducible stream per call
-        self._calls += 1
+            torch.manual_seed(params.seed)
         sample = params.temperature > 0
         tokens = self.model.generate(
             input_ids=input_ids.to(self.device),
@@ -90,9 +89,12 @@ class HFBackend(GenerationBackend):
         return [self._completion(row) for row in tokens]
 
     def _completion(self, row: list[int]) -> Completion:
-        """Cut a generated row after its first stop token (or drop trailing padding)."""
+        """Cut a generated row at its first stop token (keeping it only if it is EOS)."""
         stop = next((i for i, t in enumerate(row) if t in self.stop_ids), None)
-        ids = row[: stop + 1] if stop is not None else row
+        if stop is None:
+            ids = row
+        else:
+            ids = row[: stop + 1] if row[stop] in self.eos_ids else row[:stop]
         self.generated_tokens += len(ids)
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         return Completion(ids, text, "stop" if stop is not None else "length")

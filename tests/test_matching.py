@@ -1,0 +1,186 @@
+"""The matching game's rules, parsing and scoring."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sparring.games import make_game
+from sparring.games.matching import best_assignment, generate_state
+
+
+def new_game(k: int = 4, seed: int = 0, **params):
+    game = make_game("matching", k=k, **params)
+    game.reset(game.generate_state(seed))
+    return game
+
+
+def proposal_text(game, cols) -> str:
+    s = game.state
+    return "[propose]\n" + "\n".join(
+        f"{s['reviewers'][r]}: {s['papers'][c]}" for r, c in enumerate(cols)
+    )
+
+
+@pytest.mark.parametrize("k", [2, 3, 4, 8])
+def test_hungarian_optimum_scores_exactly_one(k):
+    for seed in range(5):
+        game = new_game(k, seed)
+        assert game.step(0, proposal_text(game, game.state["best_assignment"])).ok
+        assert game.step(1, "[accept]").ok
+        assert game.done and game.rewards == [1.0, 1.0]
+
+
+def test_best_value_is_the_true_optimum():
+    # brute force over all 4! assignments agrees with the stored Hungarian best
+    from itertools import permutations
+
+    state = generate_state(7, k=4)
+    table = np.array(state["table"])
+    brute = max(sum(table[r, c] for r, c in enumerate(p)) for p in permutations(range(4)))
+    assert state["best_value"] == brute
+    assert best_assignment(table.astype(float))[1] == brute
+
+
+def test_suboptimal_proposal_scores_its_true_value():
+    game = new_game(4, 1)
+    cols = list(range(4))
+    value = sum(game.state["table"][r][c] for r, c in enumerate(cols))
+    game.step(0, proposal_text(game, cols))
+    game.step(1, "[accept]")
+    assert game.rewards[0] == pytest.approx(value / game.state["best_value"])
+
+
+def test_same_seed_same_state_and_different_seed_differs():
+    assert generate_state(3, k=5) == generate_state(3, k=5)
+    assert generate_state(3, k=5)["table"] != generate_state(4, k=5)["table"]
+
+
+def test_hidden_cells_are_fifty_and_visibility_is_about_point_four():
+    seen, cells = 0, 0
+    for seed in range(300):
+        s = generate_state(seed, k=6, hard_ratio=None)
+        table, views = np.array(s["table"]), s["views"]
+        vis = np.array([[[v is not None for v in row] for row in view] for view in views])
+        assert (table[~vis[0] & ~vis[1]] == 50).all()
+        for seat in range(2):  # visible numbers are the true value times the private scale
+            for r in range(6):
+                for c in range(6):
+                    if vis[seat, r, c]:
+                        assert views[seat][r][c] == int(table[r, c] * s["scales"][seat])
+        assert all(1 <= x <= 10 for x in s["scales"])
+        seen += vis.sum()
+        cells += vis.size
+    assert 0.38 < seen / cells < 0.42
+
+
+def test_hard_filter_holds():
+    for seed in range(40):
+        s = generate_state(seed, k=5)
+        assert s["hard"]
+        table = np.array(s["table"], dtype=float)
+        for seat in range(2):
+            vis = np.array([[v is not None for v in row] for row in s["views"][seat]])
+            cols, _ = best_assignment(np.where(vis, table, 50.0))
+            own = table[np.arange(5), cols].sum()
+            assert own * 1.25 < s["best_value"]
+
+
+def test_turns_alternate_and_wrong_seat_is_rejected():
+    game = new_game()
+    assert game.current_seat == 0
+    bad = game.step(1, "[message] hi")
+    assert not bad.ok and "turn" in bad.error
+    assert game.step(0, "[message] hello").ok
+    assert game.current_seat == 1
+    assert game.messages(1)[-1]["content"].endswith("Partner: [message] hello")
+
+
+def test_reject_clears_the_proposal_and_pending_proposal_must_be_answered():
+    game = new_game()
+    game.step(0, proposal_text(game, [0, 1, 2, 3]))
+    res = game.step(1, "[message] wait")
+    assert not res.ok and "accept" in res.error
+    assert game.step(1, "[reject]").ok
+    assert game.current_seat == 0
+    res = game.step(0, "[accept]")
+    assert not res.ok and "no proposal" in res.error
+
+
+def test_accept_without_proposal_is_an_error_shown_only_to_the_actor():
+    game = new_game()
+    res = game.step(0, "[accept]")
+    assert not res.ok and res.error
+    assert "Error" in game.messages(0)[-1]["content"]
+    assert all("Error" not in m["content"] for m in game.messages(1))
+    assert game.current_seat == 0  # retry
+
+
+def test_retry_bound_forfeits_the_turn_and_counts_it():
+    game = new_game(max_retries=2)
+    results = [game.step(0, "no tag here") for _ in range(3)]
+    assert [r.forfeited for r in results] == [False, False, True]
+    assert game.stats.invalid_actions == [3, 0] and game.stats.forfeits == [1, 0]
+    assert game.current_seat == 1 and game.num_turns == 1
+    assert "lost their turn" in game.messages(1)[-1]["content"]
+
+
+def test_turn_cap_ends_with_zero_reward():
+    game = new_game(max_turns=6)
+    for t in range(6):
+        assert not game.done
+        game.step(t % 2, f"[message] turn {t}")
+    assert game.done and game.rewards == [0.0, 0.0] and game.num_turns == 6
+
+
+def test_last_tag_wins_and_free_reasoning_is_allowed():
+    game = new_game()
+    action, err = game.parse("Let me think. [propose] no wait. [message] I see Ava 30")
+    assert err is None and action == {"type": "message", "text": "I see Ava 30"}
+
+
+def test_proposal_parsing_is_fuzzy_but_strict_on_count_and_duplicates():
+    game = new_game(k=4, seed=2)
+    r, p = game.state["reviewers"], game.state["papers"]
+    sloppy = "[propose]\n" + "\n".join(f"- {r[i].lower()} -> {p[i].upper()}." for i in range(4))
+    action, err = game.parse(sloppy)
+    assert err is None and action["assignment"] == dict(zip(r, p, strict=True))
+    typo = f"[propose] {r[0][:-1]}x: {p[0]}, {r[1]}: {p[1]}, {r[2]}: {p[2]}, {r[3]}: {p[3]}"
+    if len(r[0]) >= 4:  # a one-letter slip in a 4+ letter name still matches
+        assert game.parse(typo)[1] is None
+    assert "exactly 4" in game.parse(f"[propose]\n{r[0]}: {p[0]}")[1]
+    dup_paper = "[propose]\n" + "\n".join(f"{r[i]}: {p[0]}" for i in range(4))
+    assert "two reviewers" in game.parse(dup_paper)[1]
+    dup_reviewer = f"[propose]\n{r[0]}: {p[0]}\n{r[0]}: {p[1]}\n{r[2]}: {p[2]}\n{r[3]}: {p[3]}"
+    assert "twice" in game.parse(dup_reviewer)[1]
+    assert "unknown" in game.parse(f"[propose]\nZorro: {p[0]}")[1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    texts=st.lists(
+        st.text(max_size=200)
+        | st.sampled_from(
+            [
+                "[accept]",
+                "[reject]",
+                "[propose]",
+                "[message]",
+                "[propose]\nAva: BLEU",
+                "[MESSAGE] x",
+            ]
+        ),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_fuzz_any_text_never_crashes(texts):
+    game = new_game(k=3, max_turns=10)
+    for text in texts:
+        if game.done:
+            break
+        res = game.step(game.current_seat, text)
+        assert res.ok or res.error
+    assert len(game.rewards) == 2 and all(0.0 <= x <= 1.0 for x in game.rewards)
