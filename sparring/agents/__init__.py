@@ -25,6 +25,9 @@ class Agent(Protocol):
 # name -> "module:Class"
 AGENTS: dict[str, str] = {
     "matching-scripted": "sparring.agents.matching:ScriptedMatchingAgent",
+    "hold": "sparring.agents.diplomacy:HoldBot",
+    "random-legal": "sparring.agents.diplomacy:RandomLegalBot",
+    "greedy": "sparring.agents.diplomacy:GreedyBot",
 }
 
 

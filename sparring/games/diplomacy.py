@@ -1,0 +1,515 @@
+"""Diplomacy: seven powers over the `diplomacy` engine (PyPI 1.1.2, AGPL-3.0, optional extra).
+
+    game = make_game("diplomacy", horizon=4, press=True)
+    game.reset(game.generate_state(seed=0))
+    while not game.done:
+        for seat in game.pending_seats:          # simultaneous: every power that must act
+            game.step(seat, policy(game.messages(seat)))
+    game.rewards                                  # one float per power
+
+Rules of the adapter:
+- Seats are the seven powers (`ROLES`). An episode starts from a **scenario** (see
+  `generate_state`): a 1901 opening or a later position reached by scripted play, labelled
+  with its stage (opening 1901-03, midgame 1904-08, endgame 1909+). It runs for `horizon`
+  movement phases, then the following retreat/adjustment phases, and ends at the next
+  movement phase (or when the engine says the game is over).
+- Each movement phase: an optional **press** round (every power with units writes lines
+  `POWER: message` or `ALL: message`, sent through the engine's `Message`), then **orders**
+  (every power with orderable locations writes one order per line, simultaneously).
+- Order parsing is forgiving (case, bullets, `->`, `to`, `HOLD`, `SUPPORTS`, missing coast).
+  A line that starts like an order (`A xxx`/`F xxx`) but is not a legal order of one of the
+  power's units is **invalid**: the unit holds and the power's invalid count grows. Other
+  lines are free text and ignored. Units without an order hold (counted as missing).
+- Retreats and builds are not asked of the policy; `auto_orders` plays them (a random legal
+  retreat else disband; builds in free home centers up to the allowance; the engine's civil
+  disorder rule picks disbands).
+- Reward (swappable, `REWARDS`): by default a power's supply centers at the end / 18, capped
+  at 1, minus `invalid_penalty` per invalid order; an eliminated power gets exactly 0.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from sparring.agents.diplomacy import greedy_orders, random_orders
+from sparring.games.base import Game, GameStats, StepResult, TurnRecord
+
+try:
+    from diplomacy import Game as Engine
+    from diplomacy import Message
+except ImportError as err:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "the Diplomacy game needs the optional `diplomacy` engine (AGPL-3.0): "
+        "pip install 'sparring[diplomacy]'"
+    ) from err
+
+ROLES = ("AUSTRIA", "ENGLAND", "FRANCE", "GERMANY", "ITALY", "RUSSIA", "TURKEY")
+ABBREV = {p[:3]: p for p in ROLES}
+STAGES = {"opening": (1901, 1903), "midgame": (1904, 1908), "endgame": (1909, 1910)}
+"""Stage -> (first, last) start year of its scenarios."""
+NUM_CENTERS = 34
+WIN_CENTERS = 18
+
+ORDER_START_RE = re.compile(r"^(?:A|F|ARMY|FLEET)\s+[A-Z]{3}\b")
+BULLET_RE = re.compile(r"^\s*(?:[-*•]+|\d+[.)])\s*")
+PRESS_RE = re.compile(r"^\s*(?:TO\s+)?([A-Za-z]+)\s*:\s*(.+?)\s*$", re.IGNORECASE)
+WORDS = {"ARMY": "A", "FLEET": "F", "HOLDS": "H", "HOLD": "H", "SUPPORTS": "S",
+         "SUPPORT": "S", "CONVOYS": "C", "CONVOY": "C", "TO": "-", "MOVES": ""}  # fmt: skip
+
+
+def stage_of(year: int) -> str:
+    """The scenario stage of a start year."""
+    return "opening" if year <= 1903 else "midgame" if year <= 1908 else "endgame"
+
+
+def diplomacy_group_keys(state: dict[str, Any], seat: int) -> dict[str, str]:
+    """Extra GRPO group keys of one seat: its country, and country + scenario stage."""
+    return {"country": ROLES[seat], "country_phase": f"{ROLES[seat]}/{state['stage']}"}
+
+
+# ---- reward ------------------------------------------------------------------------------------
+@dataclass
+class PowerResult:
+    """What a reward function sees about one power at the end of an episode."""
+
+    power: str
+    centers: int
+    """Supply centers owned at the end."""
+    start_centers: int
+    """Supply centers owned at the scenario start."""
+    units: int
+    invalid_orders: int
+    """Order lines that were not legal for a unit of this power (they became holds)."""
+    eliminated: bool
+    """No centers and no units left."""
+
+
+def centers_reward(r: PowerResult, invalid_penalty: float) -> float:
+    """centers / 18 capped at 1, minus a penalty per invalid order; eliminated = 0."""
+    if r.eliminated:
+        return 0.0
+    return min(r.centers / WIN_CENTERS, 1.0) - invalid_penalty * r.invalid_orders
+
+
+def center_gain_reward(r: PowerResult, invalid_penalty: float) -> float:
+    """0.5 + (centers gained since the scenario start) / 18, clipped to [0, 1], minus the
+    invalid-order penalty; eliminated = 0. Fairer across unequal mid-game starts."""
+    if r.eliminated:
+        return 0.0
+    gain = 0.5 + (r.centers - r.start_centers) / WIN_CENTERS
+    return min(max(gain, 0.0), 1.0) - invalid_penalty * r.invalid_orders
+
+
+RewardFn = Callable[[PowerResult, float], float]
+REWARDS: dict[str, RewardFn] = {"centers": centers_reward, "center_gain": center_gain_reward}
+
+
+# ---- config and scenarios -----------------------------------------------------------------------
+class DiplomacyConfig(BaseModel):
+    """Rule parameters of a Diplomacy episode (the `game_params` of a run)."""
+
+    horizon: int = Field(2, ge=1)
+    """Movement phases per episode (2 = one game year)."""
+    press: bool = True
+    """Run a press round before each movement phase's orders."""
+    press_max_messages: int = Field(3, ge=0)
+    """Press lines kept per power per round."""
+    press_max_chars: int = Field(160, ge=1)
+    """Each press message is cut to this many characters."""
+    observation: Literal["compact", "full"] = "compact"
+    """compact: per unit, its move destinations; full: every legal order of every unit."""
+    reward: str = "centers"
+    """Name of the reward function in `REWARDS`."""
+    invalid_penalty: float = Field(0.01, ge=0.0)
+    """Subtracted from the reward per invalid order."""
+    stages: list[Literal["opening", "midgame", "endgame"]] = ["opening", "midgame", "endgame"]
+    """Scenario stages `generate_state` draws from (uniformly)."""
+
+    def model_post_init(self, _: Any) -> None:
+        if self.reward not in REWARDS:
+            raise ValueError(f"unknown reward {self.reward!r}; choose one of {sorted(REWARDS)}")
+        if not self.stages:
+            raise ValueError("stages must name at least one of opening, midgame, endgame")
+
+
+def generate_state(seed: int, stages: list[str] | tuple[str, ...] = tuple(STAGES)) -> dict:
+    """A seeded, JSON-serialisable scenario; the same arguments always give the same state.
+
+    Draw a stage and a start year in it, then play scripted bots (each power greedy or
+    random-legal, drawn per power) from 1901 up to that year's spring movement phase.
+    """
+    rng = random.Random(seed)
+    stage = rng.choice(list(stages))
+    year = rng.randint(*STAGES[stage])
+    bots = {p: rng.choice(("greedy", "random-legal")) for p in ROLES}
+    engine = Engine()
+    while engine.get_current_phase() != f"S{year}M" and not engine.is_game_done:
+        if engine.phase_type == "M":
+            for power in ROLES:
+                choose = greedy_orders if bots[power] == "greedy" else random_orders
+                engine.set_orders(power, choose(engine, power, rng))
+        else:
+            set_auto_orders(engine, rng)
+        engine.process()
+    return {
+        "seed": int(seed),
+        "stage": stage_of(int(engine.get_current_phase()[1:5])),
+        "year": int(engine.get_current_phase()[1:5]),
+        "phase": engine.get_current_phase(),
+        "scripted_by": bots,
+        "centers": {p: sorted(engine.get_centers(p)) for p in ROLES},
+        "engine": {k: v for k, v in engine.get_state().items() if k != "timestamp"},
+    }
+
+
+def auto_orders(engine: Engine, power: str, rng: random.Random) -> list[str]:
+    """Default retreat/adjustment orders: a random legal retreat (else disband); builds in
+    random free home centers up to the allowance. Disbands are left to the engine's civil
+    disorder rule (it removes the units farthest from home)."""
+    possible = {loc: sorted(orders) for loc, orders in engine.get_all_possible_orders().items()}
+    locs = sorted(engine.get_orderable_locations(power))  # sorted: the engine's are set-ordered
+    if engine.phase_type == "R":
+        return [
+            rng.choice([o for o in possible[loc] if " R " in o] or possible[loc]) for loc in locs
+        ]
+    allowance = len(engine.get_centers(power)) - len(engine.get_units(power))
+    rng.shuffle(locs)
+    builds = [[o for o in possible[loc] if o.endswith(" B")] for loc in locs]
+    return [rng.choice(b) for b in builds if b][: max(allowance, 0)]
+
+
+def set_auto_orders(engine: Engine, rng: random.Random) -> None:
+    """Give every power its `auto_orders` for the current retreat/adjustment phase."""
+    for power in ROLES:
+        if engine.get_orderable_locations(power):
+            engine.set_orders(power, auto_orders(engine, power, rng))
+
+
+# ---- order parsing ------------------------------------------------------------------------------
+def normalize_order(line: str) -> str:
+    """Canonical engine spelling of one order line (it may still be illegal)."""
+    text = BULLET_RE.sub("", line.upper()).replace("→", "-").replace("->", "-")
+    text = re.sub(r"\s*-\s*", " - ", text).strip(" .;,")
+    words = [WORDS.get(w, w) for w in text.split()]
+    words = [w for w in words if w]
+    if words and words[-1] == "H" and " S " in f" {' '.join(words)} ":
+        words = words[:-1]  # "A PAR S A MAR H" = support to hold = "A PAR S A MAR"
+    return " ".join(words)
+
+
+def _strip_coasts(order: str) -> str:
+    return re.sub(r"/[A-Z]{2}", "", order)
+
+
+def parse_orders(
+    text: str, possible: dict[str, list[str]], locs: list[str]
+) -> tuple[dict[str, str], list[str]]:
+    """Legal orders by location, and the invalid order lines, from a power's raw text.
+
+    `possible` is the engine's legal orders per location; `locs` the power's orderable ones.
+    The first legal order of a unit wins; a later one for the same unit is invalid.
+    """
+    orders: dict[str, str] = {}
+    invalid: list[str] = []
+    for line in text.splitlines():
+        order = normalize_order(line)
+        if not ORDER_START_RE.match(order):
+            continue
+        loc = order.split()[1].split("/")[0]
+        legal = possible.get(loc, []) if loc in locs else []
+        if order not in legal:  # allow a missing coast, or a convoyed move without VIA
+            same = [o for o in legal if _strip_coasts(o) in (_strip_coasts(order),
+                                                             _strip_coasts(order) + " VIA")]  # fmt: skip
+            order = same[0] if len(same) == 1 else order
+        if order in legal and loc not in orders:
+            orders[loc] = order
+        else:
+            invalid.append(line.strip()[:80])
+    return orders, invalid
+
+
+def parse_press(text: str, sender: str, max_messages: int, max_chars: int) -> list[tuple[str, str]]:
+    """(recipient, message) pairs from `POWER: message` / `ALL: message` lines."""
+    sent: list[tuple[str, str]] = []
+    for line in text.splitlines():
+        m = PRESS_RE.match(line)
+        if not m or len(sent) >= max_messages:
+            continue
+        name, body = m.group(1).upper(), m.group(2)[:max_chars]
+        recipient = ABBREV.get(name[:3]) if name != "ALL" else "ALL"
+        if recipient and recipient != sender and name in (recipient, recipient[:3], "ALL"):
+            sent.append((recipient, body))
+    return sent
+
+
+# ---- the game -----------------------------------------------------------------------------------
+@dataclass
+class PowerStats:
+    """Per-power counters of one episode."""
+
+    orders: int = 0
+    """Legal orders given by the policy (movement phases)."""
+    invalid_orders: int = 0
+    """Order lines that were illegal and became holds."""
+    missing_orders: int = 0
+    """Units the policy gave no order (they held)."""
+    press_sent: int = 0
+    """Press messages sent."""
+
+
+class DiplomacyGame(Game):
+    """Seven powers, simultaneous orders, optional press. See the module docstring."""
+
+    name = "diplomacy"
+    roles = ROLES
+
+    def __init__(self, **params: Any) -> None:
+        self.cfg = DiplomacyConfig(**params)
+        self.reward_fn = REWARDS[self.cfg.reward]
+        self.state: dict[str, Any] | None = None
+
+    def generate_state(self, seed: int) -> dict[str, Any]:
+        return generate_state(seed, self.cfg.stages)
+
+    def group_keys(self, seat: int) -> dict[str, str]:
+        """Extra GRPO group keys: `country` and `country_phase` (see `diplomacy_group_keys`)."""
+        return diplomacy_group_keys(self.state, seat)
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+    def reset(self, state: dict[str, Any]) -> None:
+        self.state = state
+        self.engine = Engine()
+        self.engine.set_state(state["engine"])
+        self.engine.remove_rule("NO_PRESS")
+        self._rng = random.Random(f"{state['seed']}:auto")
+        self._moves_done = 0
+        self._stage: Literal["press", "orders"] = "press"
+        self._acted: set[int] = set()
+        self._done = False
+        self._turn = 0
+        self._transcript: list[TurnRecord] = []
+        self._stats = GameStats([0] * 7, [0] * 7, [0] * 7)
+        self.power_stats = [PowerStats() for _ in ROLES]
+        self._feedback: list[list[str]] = [[] for _ in ROLES]
+        self._chat = [[{"role": "system", "content": self._system_prompt(s)}] for s in range(7)]
+        self._start_phase()
+
+    @property
+    def pending_seats(self) -> list[int]:
+        if self._done:
+            return []
+        return [s for s in self._movers() if s not in self._acted]
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    @property
+    def stage(self) -> str:
+        """ "press" or "orders": what the pending seats are asked for."""
+        return self._stage
+
+    @property
+    def rewards(self) -> list[float]:
+        return [self.reward_fn(r, self.cfg.invalid_penalty) for r in self.results()]
+
+    def results(self) -> list[PowerResult]:
+        """Each power's standing now (final once `done`)."""
+        start = self.state["centers"]
+        out = []
+        for seat, power in enumerate(ROLES):
+            centers, units = len(self.engine.get_centers(power)), len(self.engine.get_units(power))
+            out.append(PowerResult(
+                power, centers, len(start[power]), units,
+                self.power_stats[seat].invalid_orders, eliminated=centers == 0 and units == 0,
+            ))  # fmt: skip
+        return out
+
+    def messages(self, seat: int) -> list[dict[str, str]]:
+        return [dict(m) for m in self._chat[seat]]
+
+    @property
+    def transcript(self) -> list[TurnRecord]:
+        return self._transcript
+
+    @property
+    def stats(self) -> GameStats:
+        return self._stats
+
+    def outcome(self) -> dict[str, Any]:
+        results = self.results()
+        solo = [r.power for r in results if r.centers >= WIN_CENTERS]
+        return {
+            "stage": self.state["stage"],
+            "start_phase": self.state["phase"],
+            "end_phase": self.engine.get_current_phase(),
+            "centers": {r.power: r.centers for r in results},
+            "start_centers": {r.power: r.start_centers for r in results},
+            "eliminated": [r.power for r in results if r.eliminated],
+            "solo": solo[0] if solo else None,
+            "power_stats": {p: asdict(s) for p, s in zip(ROLES, self.power_stats, strict=True)},
+        }
+
+    # ---- the move ------------------------------------------------------------------------------
+    def step(self, seat: int, text: str) -> StepResult:
+        if self._done:
+            return StepResult(ok=False, error="the game is over")
+        if seat not in self.pending_seats:
+            return StepResult(ok=False, error=f"{self._role(seat)} has nothing to do now")
+        text = text if isinstance(text, str) else str(text)
+        self._chat[seat].append({"role": "assistant", "content": text})
+        self._stats.words[seat] += len(text.split())
+        action, error = (
+            self._press(seat, text) if self._stage == "press" else self._orders(seat, text)
+        )
+        self._transcript.append(TurnRecord(self._turn, seat, text, True, error, action))
+        self._acted.add(seat)
+        if not self.pending_seats:
+            self._advance()
+        return StepResult(ok=True, error=error, action=action)
+
+    def _press(self, seat: int, text: str) -> tuple[dict[str, Any], None]:
+        power, phase = self._role(seat), self.engine.get_current_phase()
+        sent = parse_press(text, power, self.cfg.press_max_messages, self.cfg.press_max_chars)
+        for recipient, body in sent:
+            to = "GLOBAL" if recipient == "ALL" else recipient
+            self.engine.add_message(Message(sender=power, recipient=to, message=body, phase=phase))
+        self.power_stats[seat].press_sent += len(sent)
+        return {"type": "press", "messages": [list(m) for m in sent]}, None
+
+    def _orders(self, seat: int, text: str) -> tuple[dict[str, Any], str | None]:
+        """Parse and hand the power's orders to the engine; a unit without a legal order holds
+        (the action's `orders` are exactly what the engine gets, holds included)."""
+        power = self._role(seat)
+        locs = self.engine.get_orderable_locations(power)
+        orders, invalid = parse_orders(text, self.engine.get_all_possible_orders(), locs)
+        stats = self.power_stats[seat]
+        stats.orders += len(orders)
+        stats.invalid_orders += len(invalid)
+        stats.missing_orders += len(locs) - len(orders)
+        units = {u.split()[1].split("/")[0]: u for u in self.engine.get_units(power)}
+        orders = [orders.get(loc, f"{units[loc]} H") for loc in locs]  # unordered units hold
+        self.engine.set_orders(power, orders)
+        self._stats.invalid_actions[seat] += len(invalid)
+        error = None
+        if invalid:
+            error = f"{len(invalid)} invalid order(s) became holds: " + "; ".join(invalid[:5])
+            self._feedback[seat].append(f"Invalid (held): {'; '.join(invalid[:5])}")
+        return {"type": "orders", "orders": orders, "invalid": invalid}, error
+
+    def _advance(self) -> None:
+        """Press round over -> ask for orders; orders in -> resolve the phase and go on."""
+        self._turn += 1
+        self._acted = set()
+        if self._stage == "press":
+            self._stage = "orders"
+            self._deliver_press()
+            return
+        self.engine.process()
+        self._moves_done += 1
+        while self.engine.phase_type != "M" and not self.engine.is_game_done:
+            set_auto_orders(self.engine, self._rng)
+            self.engine.process()
+        if self._moves_done >= self.cfg.horizon or self.engine.is_game_done:
+            self._done = True
+        else:
+            self._start_phase()
+
+    # ---- observations --------------------------------------------------------------------------
+    def _movers(self) -> list[int]:
+        """Seats that act in the current stage: powers with orderable locations."""
+        return [s for s, p in enumerate(ROLES) if self.engine.get_orderable_locations(p)]
+
+    def _start_phase(self) -> None:
+        self._stage = "press" if self.cfg.press else "orders"
+        if not self._movers():  # nobody can move (never in practice): end the episode
+            self._done = True
+            return
+        for seat in range(7):
+            ask = self._press_prompt() if self.cfg.press else self._orders_prompt()
+            self._tell(seat, self.observation(seat) + "\n" + ask)
+
+    def _deliver_press(self) -> None:
+        phase = self.engine.get_current_phase()
+        for seat, power in enumerate(ROLES):
+            heard = [
+                f"{m.sender}{' (to all)' if m.recipient == 'GLOBAL' else ''}: {m.message}"
+                for m in self.engine.messages.values()
+                if m.phase == phase and m.recipient in (power, "GLOBAL") and m.sender != power
+            ]
+            news = "Messages:\n" + "\n".join(heard) if heard else "No messages."
+            self._tell(seat, news + "\n" + self._orders_prompt())
+
+    def observation(self, seat: int) -> str:
+        """The compact text view of `seat` at the start of a movement phase."""
+        e, power = self.engine, self._role(seat)
+        phase = e.get_current_phase()
+        head = (
+            f"{'Spring' if phase[0] == 'S' else 'Fall'} {phase[1:5]}, move {self._moves_done + 1} of "
+            f"{self.cfg.horizon}. You are {power}."
+        )
+        counts = " ".join(f"{p[:3]} {len(e.get_centers(p))}" for p in ROLES)
+        others = "; ".join(
+            f"{p[:3]} {', '.join(e.get_units(p))}" for p in ROLES if p != power and e.get_units(p)
+        )
+        lines = [
+            head,
+            f"Centers: {counts}",
+            f"Your centers: {' '.join(sorted(e.get_centers(power))) or 'none'}",
+            f"Other units: {others}",
+            *self._feedback[seat],
+        ]
+        self._feedback[seat] = []
+        locs = e.get_orderable_locations(power)
+        if not locs:
+            return "\n".join([*lines, "You have no units to order."])
+        possible = e.get_all_possible_orders()
+        lines.append("Your units and legal moves:" if self.cfg.observation == "compact" else
+                     "Your units and legal orders:")  # fmt: skip
+        for unit in e.get_units(power):
+            legal = possible.get(unit.split()[1].split("/")[0], [])
+            if self.cfg.observation == "full":
+                lines.append(f"{unit}: " + " | ".join(sorted(legal)))
+            else:
+                dests = sorted({o.split(" - ")[1] for o in legal if " - " in o and " S " not in o
+                                and " C " not in o and not o.endswith("VIA")})  # fmt: skip
+                lines.append(f"{unit} -> {' '.join(dests) or '(hold only)'}")
+        return "\n".join(lines)
+
+    def _press_prompt(self) -> str:
+        return (
+            f"Press: up to {self.cfg.press_max_messages} lines 'POWER: message' or "
+            "'ALL: message', or NONE."
+        )
+
+    @staticmethod
+    def _orders_prompt() -> str:
+        return "Orders, one per line (e.g. A PAR - BUR, A MAR S A PAR - BUR, F BRE H):"
+
+    def _system_prompt(self, seat: int) -> str:
+        press = "send short messages, then " if self.cfg.press else ""
+        return (
+            f"You play {self._role(seat)} in Diplomacy (standard map, 7 powers, 34 supply "
+            f"centers). Own as many supply centers as you can after {self.cfg.horizon} movement "
+            f"phases. Each phase you {press}give one order per unit: hold 'A PAR H', move "
+            "'A PAR - BUR', support 'A MAR S A PAR - BUR', convoy 'F ENG C A LON - BRE'. "
+            "Illegal or missing orders hold. Retreats and builds are automatic."
+        )
+
+    @staticmethod
+    def _role(seat: int) -> str:
+        return ROLES[seat]
+
+    def _tell(self, seat: int, text: str) -> None:
+        """Append to `seat`'s pending user message (merged so roles keep alternating)."""
+        chat = self._chat[seat]
+        if chat[-1]["role"] == "user":
+            chat[-1]["content"] += "\n" + text
+        else:
+            chat.append({"role": "user", "content": text})
