@@ -71,7 +71,7 @@ def test_orders_given_are_the_orders_processed_and_illegal_ones_hold():
     assert sorted(actions[FRANCE]["orders"]) == ["A MAR H", "A PAR H", "F BRE H"]
     assert game.stats.invalid_actions[FRANCE] == 3
     assert game.power_stats[FRANCE].invalid_orders == 3
-    assert "Invalid (held)" in game.messages(FRANCE)[-1]["content"]
+    assert "Invalid orders ignored: A PAR - MOS" in game.messages(FRANCE)[-1]["content"]
 
 
 def test_center_counts_and_reward_match_the_engine():

@@ -312,7 +312,7 @@ class DiplomacyGame(Game):
 
     @property
     def stage(self) -> str:
-        """ "press" or "orders": what the pending seats are asked for."""
+        """What the pending seats are asked for: "press" or "orders"."""
         return self._stage
 
     @property
@@ -400,7 +400,7 @@ class DiplomacyGame(Game):
         error = None
         if invalid:
             error = f"{len(invalid)} invalid order(s) became holds: " + "; ".join(invalid[:5])
-            self._feedback[seat].append(f"Invalid (held): {'; '.join(invalid[:5])}")
+            self._feedback[seat].append(f"Invalid orders ignored: {'; '.join(invalid[:5])}")
         return {"type": "orders", "orders": orders, "invalid": invalid}, error
 
     def _advance(self) -> None:
