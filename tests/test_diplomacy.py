@@ -191,3 +191,27 @@ def test_fuzzed_text_never_crashes(texts):
             if result.action["type"] == "orders":
                 assert all(o in legal for o in result.action["orders"])
     assert len(game.rewards) == 7
+
+
+def test_country_metrics_from_played_episodes():
+    from dataclasses import asdict
+
+    from sparring.country_metrics import country_metrics
+    from sparring.rollout import RolloutConfig, play
+
+    names = ["greedy", "random-legal", "hold", "greedy", "random-legal", "greedy", "hold"]
+    cfg = RolloutConfig(game="diplomacy", game_params={"horizon": 2}, games_per_init=2,
+                        seats=names)  # fmt: skip
+    game = make_game("diplomacy")
+    inits = [(f"i{s}", game.generate_state(s)) for s in range(2)]
+    result = play(inits, {n: make_agent(n) for n in set(names)}, cfg, progress=False)
+    episodes = [json.loads(json.dumps(asdict(ep))) for ep in result.episodes]
+    metrics = country_metrics(episodes, policy="greedy")
+    assert {k.split("/")[1] for k in metrics} == {"AUSTRIA", "GERMANY", "RUSSIA"}
+    rewards = [ep["rewards"][0] for ep in episodes]
+    assert metrics["country/AUSTRIA/episodes"] == 4
+    assert metrics["country/AUSTRIA/reward_mean"] == pytest.approx(sum(rewards) / 4)
+    assert metrics["country/AUSTRIA/centers"] == pytest.approx(18 * sum(rewards) / 4)
+    assert metrics["country/AUSTRIA/moves"] == 2
+    assert metrics["country/AUSTRIA/invalid_rate"] == 0
+    assert len(country_metrics(episodes)) == 7 * 9

@@ -349,6 +349,7 @@ class DiplomacyGame(Game):
             "stage": self.state["stage"],
             "start_phase": self.state["phase"],
             "end_phase": self.engine.get_current_phase(),
+            "moves": self._moves_done,
             "centers": {r.power: r.centers for r in results},
             "start_centers": {r.power: r.start_centers for r in results},
             "eliminated": [r.power for r in results if r.eliminated],
