@@ -1,0 +1,45 @@
+"""`sparring evaluate`: held-out games in self-play, vs a previous checkpoint, vs scripted."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from sparring.cli.options import load_config, parse_params
+
+
+@click.command("evaluate")
+@click.option("--config", type=click.Path(exists=True, dir_okay=False), help="YAML EvalConfig.")
+@click.option(
+    "--model", required=True, help="Checkpoint to evaluate (path, hub name, s3:// or models:/)."
+)
+@click.option("--inits", required=True, type=click.Path(exists=True), help="val game-init parquet.")
+@click.option("--previous", help="Checkpoint for the vs_previous mode (seats swapped).")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Output directory.")
+@click.option("--num-games", type=int, help="Use the first N val states.")
+@click.option("--modes", help="Comma-separated: selfplay,vs_previous,vs_scripted.")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="Game parameter.")
+@click.option("--temperature", type=float, help="Sampling temperature (default 0 = greedy).")
+@click.option("--max-new-tokens", type=int, help="Tokens per turn.")
+@click.option("--device", default="auto", show_default=True, help="cpu, cuda or auto.")
+def command(config, model, inits, previous, out, num_games, modes, params, temperature,
+            max_new_tokens, device) -> None:  # fmt: skip
+    """Evaluate MODEL on val games; write OUT/metrics.json and OUT/rewards.png."""
+    from sparring.evaluate import EvalConfig, load_and_evaluate, write_eval
+    from sparring.models import resolve_model
+
+    overrides = {
+        "num_games": num_games,
+        "modes": modes.split(",") if modes else None,
+        "sampling.temperature": temperature,
+        "sampling.max_new_tokens": max_new_tokens,
+    }
+    cfg = load_config(EvalConfig, config, overrides)
+    cfg.game_params.update(parse_params(params))
+    prev = resolve_model(previous) if previous else None
+    metrics, episodes = load_and_evaluate(resolve_model(model), inits, cfg, prev, device)
+    paths = write_eval(metrics, episodes, out)
+    rewards = {k: round(v, 4) for k, v in metrics.items() if k.endswith("normalized_reward")}
+    click.echo(json.dumps(rewards, indent=2))
+    click.echo(f"wrote {paths['metrics']} and {paths['plot']}")
