@@ -144,6 +144,7 @@ def play(
             f"seats name policies {unknown} that were not provided ({sorted(policies)})"
         )
     traces = [[_trace(policies[p], scripted_tokenizer) for p in seats] for _ in games]
+    backends = {n for n, p in policies.items() if isinstance(p, GenerationBackend)}
     truncated = [False] * len(games)
     calls = step = 0
     bar = tqdm(total=len(games), desc="games", unit="game", disable=not progress)
@@ -162,7 +163,7 @@ def play(
             policy = policies[name]
             if isinstance(policy, GenerationBackend):
                 calls += _model_turns(
-                    policy, todo, games, traces, truncated, cfg.max_context_tokens, sampling
+                    policy, todo, games, meta, traces, truncated, cfg.max_context_tokens, sampling
                 )
             else:
                 for gi, seat in todo:
@@ -171,6 +172,8 @@ def play(
             if not done[gi] and (game.done or truncated[gi]):
                 done[gi] = True
                 bar.update(1)
+                for p in set(seats) & backends:
+                    policies[p].release([f"{meta[gi][0]}/{s}" for s in range(game.num_seats)])
     bar.close()
     episodes = [_finish(g, *m, seats, t) for g, m, t in zip(games, meta, truncated, strict=True)]
     samples = [
@@ -199,7 +202,7 @@ def _scripted_turn(agent: Agent, game: Game, seat: int, trace: TokenTrace | None
 
 
 def _model_turns(
-    backend: GenerationBackend, todo: list[tuple[int, int]], games: list[Game],
+    backend: GenerationBackend, todo: list[tuple[int, int]], games: list[Game], meta: list[tuple],
     traces: list[list[TokenTrace | None]], truncated: list[bool], max_context: int,
     sampling: SamplingParams,
 ) -> int:  # fmt: skip
@@ -216,7 +219,11 @@ def _model_turns(
         live.append((gi, seat))
     if not prompts:
         return 0
-    for (gi, seat), out in zip(live, backend.generate(prompts, sampling), strict=True):
+    for (gi, seat), out in zip(
+        live,
+        backend.generate(prompts, sampling, [f"{meta[gi][0]}/{seat}" for gi, seat in live]),
+        strict=True,
+    ):
         if truncated[gi]:
             continue
         games[gi].step(seat, out.text)

@@ -46,8 +46,17 @@ class GenerationBackend(ABC):
     name: str
 
     @abstractmethod
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
-        """Complete every prompt (token ids) in one batched call, in order."""
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams, sessions: list[str] | None = None
+    ) -> list[Completion]:
+        """Complete every prompt (token ids) in one batched call, in order.
+
+        `sessions` names the conversation each prompt continues (one per game seat); a backend
+        may keep its KV cache per session so that the next turn prefills only the new tokens.
+        """
+
+    def release(self, sessions: list[str]) -> None:  # noqa: B027 - optional hook
+        """Forget cached state of finished sessions."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release model memory or servers."""

@@ -1,19 +1,30 @@
-"""Hugging Face transformers backend: batched, left-padded generation with a KV cache.
+"""Hugging Face transformers backend: batched, left-padded generation with a KV cache that
+persists across turns.
 
-Runs on CPU or one CUDA GPU. Prompts arrive as token ids; they are left-padded into one batch
-(split into chunks of `max_batch_size`) and decoded with `model.generate(use_cache=True)`.
-`forward_seconds` accumulates wall time inside the model's forward passes, so benchmarks can
-report how much of a rollout is model compute.
+Multi-turn self-play re-sends each seat's whole conversation every turn. Like SGLang's radix
+cache, this backend keeps each session's (one per game seat) keys and values after a call;
+the next call for that session prefills only the tokens that are new since then (the reply's
+stop token, the partner's message, the template scaffolding). A batch row is laid out as
+
+    [pad..., cached prefix (L_i) | pad..., new tokens (n_i)] + generated tokens
+
+with a 2-D attention mask and explicit position ids, so rows with different cached lengths
+share one forward pass. Sampling uses transformers' temperature / top-p logits warpers.
+`forward_seconds` accumulates wall time inside the model's forward passes.
 """
 
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
 from sparring.generation.base import Completion, GenerationBackend, SamplingParams
+
+KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values, each (H, T, D)
 
 
 def pick_device(device: str = "auto") -> torch.device:
@@ -28,13 +39,18 @@ class HFBackend(GenerationBackend):
 
     name = "hf"
 
-    def __init__(self, model_path: str, device: str = "auto", max_batch_size: int = 64) -> None:
+    def __init__(
+        self, model_path: str, device: str = "auto", max_batch_size: int = 64,
+        max_cached_tokens: int = 1_000_000,
+    ) -> None:  # fmt: skip
         self.device = pick_device(device)
         dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
         self.model.to(self.device).eval()
         self.max_batch_size = max_batch_size
+        self.max_cached_tokens = max_cached_tokens
+        """Cap on tokens kept across sessions; least recently used sessions go first."""
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
             self.pad_id = self.tokenizer.eos_token_id
@@ -43,66 +59,158 @@ class HFBackend(GenerationBackend):
         # Any special token ends a turn (a model opening a new turn mid-reply, say); only EOS is
         # kept in the reply, so a reply's text always equals the decode of its ids.
         self.stop_ids = sorted(set(self.eos_ids) | set(self.tokenizer.all_special_ids))
+        self._sessions: OrderedDict[str, tuple[list[int], KV]] = OrderedDict()
         self.forward_seconds = 0.0
         self.generated_tokens = 0
-        self._t0 = 0.0
-        self.model.register_forward_pre_hook(self._start_clock)
-        self.model.register_forward_hook(self._stop_clock)
+        self.prefilled_tokens = 0
+        self.reused_tokens = 0
 
-    def _start_clock(self, *_: object) -> None:
-        self._t0 = time.perf_counter()
-
-    def _stop_clock(self, *_: object) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize()
-        self.forward_seconds += time.perf_counter() - self._t0
-
+    # ---- public API ------------------------------------------------------------------------
     @torch.inference_mode()
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams, sessions: list[str] | None = None
+    ) -> list[Completion]:
         out: list[Completion] = []
         for start in range(0, len(prompts), self.max_batch_size):
-            out += self._generate_chunk(prompts[start : start + self.max_batch_size], params)
+            chunk = slice(start, start + self.max_batch_size)
+            out += self._generate_chunk(
+                prompts[chunk], params, sessions[chunk] if sessions else None
+            )
         return out
 
-    def _generate_chunk(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)  # (B, T)
-        attention_mask = torch.zeros_like(input_ids)  # (B, T)
-        for i, p in enumerate(prompts):
-            input_ids[i, width - len(p) :] = torch.tensor(p)
-            attention_mask[i, width - len(p) :] = 1
-        if params.seed is not None:
-            torch.manual_seed(params.seed)
-        sample = params.temperature > 0
-        tokens = self.model.generate(
-            input_ids=input_ids.to(self.device),
-            attention_mask=attention_mask.to(self.device),
-            do_sample=sample,
-            temperature=params.temperature if sample else None,
-            top_p=params.top_p if sample else None,
-            top_k=None,
-            max_new_tokens=params.max_new_tokens,
-            eos_token_id=self.stop_ids,
-            pad_token_id=self.pad_id,
-            use_cache=True,
-        )[:, width:].tolist()  # (B, new)
-        return [self._completion(row) for row in tokens]
-
-    def _completion(self, row: list[int]) -> Completion:
-        """Cut a generated row at its first stop token (keeping it only if it is EOS)."""
-        stop = next((i for i, t in enumerate(row) if t in self.stop_ids), None)
-        if stop is None:
-            ids = row
-        else:
-            ids = row[: stop + 1] if row[stop] in self.eos_ids else row[:stop]
-        self.generated_tokens += len(ids)
-        text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        return Completion(ids, text, "stop" if stop is not None else "length")
+    def release(self, sessions: list[str]) -> None:
+        for s in sessions:
+            self._sessions.pop(s, None)
 
     def close(self) -> None:
+        self._sessions.clear()
         del self.model
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+
+    # ---- one batch -------------------------------------------------------------------------
+    def _forward(self, **kw) -> torch.Tensor:
+        t0 = time.perf_counter()
+        logits = self.model(**kw, use_cache=True).logits[:, -1].float()  # (B, V)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        self.forward_seconds += time.perf_counter() - t0
+        return logits
+
+    def _generate_chunk(
+        self, prompts: list[list[int]], params: SamplingParams, sessions: list[str] | None
+    ) -> list[Completion]:
+        b, dev = len(prompts), self.device
+        cached = [self._lookup(s, p) for s, p in zip(sessions or [None] * b, prompts, strict=True)]
+        past = [len(ids) for ids, _ in cached]  # L_i
+        new = [p[n:] for p, n in zip(prompts, past, strict=True)]  # n_i >= 1 tokens each
+        lmax, nmax = max(past), max(len(n) for n in new)
+        self.reused_tokens += sum(past)
+        self.prefilled_tokens += sum(len(n) for n in new)
+
+        mask = torch.zeros(b, lmax + nmax, dtype=torch.long)  # (B, Lmax + Nmax)
+        input_ids = torch.full((b, nmax), self.pad_id, dtype=torch.long)  # (B, Nmax)
+        position_ids = torch.zeros(b, nmax, dtype=torch.long)  # (B, Nmax)
+        for i, (n_past, toks) in enumerate(zip(past, new, strict=True)):
+            mask[i, lmax - n_past : lmax] = 1
+            mask[i, lmax + nmax - len(toks) :] = 1
+            input_ids[i, nmax - len(toks) :] = torch.tensor(toks)
+            position_ids[i, nmax - len(toks) :] = torch.arange(n_past, n_past + len(toks))
+        cache = self._batch_cache([kv for _, kv in cached], past, lmax)
+        mask, input_ids, position_ids = mask.to(dev), input_ids.to(dev), position_ids.to(dev)
+
+        warpers = []
+        if params.temperature > 0:
+            warpers = [TemperatureLogitsWarper(params.temperature), TopPLogitsWarper(params.top_p)]
+        gen = torch.Generator(device=dev)
+        if params.seed is not None:
+            gen.manual_seed(params.seed)
+        stop = torch.tensor(self.stop_ids, device=dev)
+        done = torch.zeros(b, dtype=torch.bool, device=dev)
+        tokens: list[torch.Tensor] = []
+        logits = self._forward(input_ids=input_ids, attention_mask=mask, position_ids=position_ids,
+                               past_key_values=cache)  # fmt: skip
+        position = position_ids[:, -1]  # (B,)
+        for step in range(params.max_new_tokens):
+            if params.temperature > 0:
+                for warp in warpers:
+                    logits = warp(None, logits)
+                nxt = torch.multinomial(torch.softmax(logits, -1), 1, generator=gen)[:, 0]  # (B,)
+            else:
+                nxt = logits.argmax(-1)  # (B,)
+            nxt = torch.where(done, self.pad_id, nxt)
+            tokens.append(nxt)
+            done |= torch.isin(nxt, stop)
+            if bool(done.all()) or step == params.max_new_tokens - 1:
+                break
+            mask = torch.cat([mask, (~done).long()[:, None]], dim=1)  # finished rows stop attending
+            position = position + 1
+            logits = self._forward(input_ids=nxt[:, None], attention_mask=mask,
+                                   position_ids=position[:, None], past_key_values=cache)  # fmt: skip
+        rows = torch.stack(tokens, 1).tolist()  # (B, steps)
+        completions = [self._completion(r) for r in rows]
+        if sessions:
+            self._store(sessions, prompts, rows, cache, mask)
+        return completions
+
+    # ---- the session cache -----------------------------------------------------------------
+    def _lookup(self, session: str | None, prompt: list[int]) -> tuple[list[int], KV | None]:
+        """The longest cached prefix of `prompt` for `session` (leaving >= 1 new token)."""
+        if session is None or session not in self._sessions:
+            return [], None
+        ids, kv = self._sessions[session]
+        self._sessions.move_to_end(session)
+        n = min(len(ids), len(prompt) - 1)
+        if ids[:n] != prompt[:n]:
+            return [], None
+        return ids[:n], [(k[:, :n], v[:, :n]) for k, v in kv]
+
+    def _batch_cache(self, kvs: list[KV | None], past: list[int], lmax: int) -> DynamicCache:
+        cache = DynamicCache(config=self.model.config)
+        if lmax == 0:
+            return cache
+        ref = next(kv for kv in kvs if kv is not None)
+        for layer, (k0, _) in enumerate(ref):
+            shape = (len(kvs), k0.shape[0], lmax, k0.shape[2])  # (B, H, Lmax, D)
+            keys = torch.zeros(shape, dtype=k0.dtype, device=k0.device)
+            values = torch.zeros_like(keys)
+            for i, kv in enumerate(kvs):
+                if kv is not None and past[i]:
+                    keys[i, :, lmax - past[i] :] = kv[layer][0]
+                    values[i, :, lmax - past[i] :] = kv[layer][1]
+            cache.update(keys, values, layer)
+        return cache
+
+    def _store(self, sessions: list[str], prompts: list[list[int]], rows: list[list[int]],
+               cache: DynamicCache, mask: torch.Tensor) -> None:  # fmt: skip
+        """Keep each row's real positions: its prompt plus the generated tokens fed back."""
+        for i, (session, prompt, row) in enumerate(zip(sessions, prompts, rows, strict=True)):
+            cols = mask[i].nonzero()[:, 0]  # real (unpadded) positions of row i
+            fed = prompt + _until_stop(row, self.stop_ids)[:-1]
+            assert len(cols) == len(fed), (len(cols), len(fed))
+            kv = [(layer.keys[i][:, cols], layer.values[i][:, cols]) for layer in cache.layers]
+            self._sessions[session] = (fed, kv)
+            self._sessions.move_to_end(session)
+        while sum(len(ids) for ids, _ in self._sessions.values()) > self.max_cached_tokens:
+            self._sessions.popitem(last=False)
+
+    def _completion(self, row: list[int]) -> Completion:
+        """Cut a generated row at its first stop token (keeping it only if it is EOS)."""
+        ids = _until_stop(row, self.stop_ids)
+        stopped = bool(ids) and ids[-1] in self.stop_ids
+        if stopped and ids[-1] not in self.eos_ids:
+            ids = ids[:-1]
+        self.generated_tokens += len(ids)
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        return Completion(ids, text, "stop" if stopped else "length")
+
+
+def _until_stop(row: list[int], stop_ids: list[int]) -> list[int]:
+    """`row` up to and including its first stop token."""
+    for i, t in enumerate(row):
+        if t in stop_ids:
+            return row[: i + 1]
+    return row
 
 
 def _as_list(x: int | list[int] | None) -> list[int | None]:
