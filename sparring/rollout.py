@@ -116,34 +116,40 @@ def play(
     cfg: RolloutConfig,
     progress: bool = True,
     scripted_tokenizer: Any = None,
+    seat_plan: list[list[str]] | None = None,
 ) -> RolloutResult:
     """Play every (init_id, state) `cfg.games_per_init` times with the given seat policies.
 
-    Samples are built for model seats; pass `scripted_tokenizer` to build them for scripted
-    seats too (warm-start data for SFT).
+    `seat_plan[i]` overrides `cfg.seats` for the games of `inits[i]` (e.g. a learner against
+    per-country opponents). Samples are built for model seats; pass `scripted_tokenizer` to
+    build them for scripted seats too (warm-start data for SFT).
     """
     t0 = time.perf_counter()
+    if not inits:
+        raise ValueError("no initial states to play")
+    if seat_plan is not None and len(seat_plan) != len(inits):
+        raise ValueError(f"seat_plan has {len(seat_plan)} entries for {len(inits)} initial states")
     games: list[Game] = []
     meta: list[tuple[str, str, dict]] = []
-    for init_id, state in inits:
+    seating: list[list[str]] = []  # policy name per seat, per game
+    for i, (init_id, state) in enumerate(inits):
         for g in range(cfg.games_per_init):
             game = make_game(cfg.game, **cfg.game_params)
             game.reset(state)
+            seats = (seat_plan[i] if seat_plan else cfg.seats) or ["policy"] * game.num_seats
+            if len(seats) != game.num_seats:
+                raise ValueError(
+                    f"{cfg.game} has {game.num_seats} seats but {len(seats)} are seated"
+                )
             games.append(game)
             meta.append((f"{init_id}#{g}", init_id, state))
-    if not games:
-        raise ValueError("no initial states to play")
-    seats = cfg.seats or ["policy"] * games[0].num_seats
-    if len(seats) != games[0].num_seats:
-        raise ValueError(
-            f"{cfg.game} has {games[0].num_seats} seats but `seats` lists {len(seats)}"
-        )
-    unknown = sorted(set(seats) - set(policies))
+            seating.append(list(seats))
+    unknown = sorted({p for seats in seating for p in seats} - set(policies))
     if unknown:
         raise ValueError(
             f"seats name policies {unknown} that were not provided ({sorted(policies)})"
         )
-    traces = [[_trace(policies[p], scripted_tokenizer) for p in seats] for _ in games]
+    traces = [[_trace(policies[p], scripted_tokenizer) for p in seats] for seats in seating]
     backends = {n for n, p in policies.items() if isinstance(p, GenerationBackend)}
     truncated = [False] * len(games)
     calls = step = 0
@@ -154,7 +160,7 @@ def play(
         for gi, game in enumerate(games):
             if not done[gi]:
                 for seat in game.pending_seats:
-                    turns.setdefault(seats[seat], []).append((gi, seat))
+                    turns.setdefault(seating[gi][seat], []).append((gi, seat))
         sampling = cfg.sampling
         if sampling.seed is not None:  # a distinct, reproducible seed for every step
             sampling = sampling.model_copy(update={"seed": sampling.seed * 100_003 + step})
@@ -172,10 +178,13 @@ def play(
             if not done[gi] and (game.done or truncated[gi]):
                 done[gi] = True
                 bar.update(1)
-                for p in set(seats) & backends:
+                for p in set(seating[gi]) & backends:
                     policies[p].release([f"{meta[gi][0]}/{s}" for s in range(game.num_seats)])
     bar.close()
-    episodes = [_finish(g, *m, seats, t) for g, m, t in zip(games, meta, truncated, strict=True)]
+    episodes = [
+        _finish(g, *m, seats, t)
+        for g, m, seats, t in zip(games, meta, seating, truncated, strict=True)
+    ]
     samples = [
         row
         for ep, trace_row in zip(episodes, traces, strict=True)

@@ -164,7 +164,7 @@ def test_outputs_on_disk(result, tmp_path):
 def test_bad_seat_config_is_a_clear_error(inits, backend):
     with pytest.raises(ValueError, match="were not provided"):
         play(inits, {"policy": backend}, config(seats=["policy", "nobody"]), progress=False)
-    with pytest.raises(ValueError, match="2 seats"):
+    with pytest.raises(ValueError, match="2 seats but 1"):
         play(inits, {"policy": backend}, config(seats=["policy"]), progress=False)
     with pytest.raises(ValueError, match="max_context_tokens"):
         RolloutConfig(max_context_tokens=64, sampling=SamplingParams(max_new_tokens=64))
