@@ -38,7 +38,8 @@ class TinyModelConfig(BaseModel):
     hidden_size: int = Field(128, ge=16)
     num_layers: int = Field(4, ge=1)
     num_heads: int = Field(4, ge=1)
-    num_kv_heads: int = Field(2, ge=1)
+    num_kv_heads: int = Field(4, ge=1)
+    """= num_heads (plain multi-head attention): on CPU, grouped KV heads cost a copy per step."""
     intermediate_size: int = Field(512, ge=16)
     max_positions: int = Field(4096, ge=256)
     seed: int = 0

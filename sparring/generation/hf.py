@@ -9,7 +9,8 @@ stop token, the partner's message, the template scaffolding). A batch row is lai
     [pad..., cached prefix (L_i) | pad..., new tokens (n_i)] + generated tokens
 
 with a 2-D attention mask and explicit position ids, so rows with different cached lengths
-share one forward pass. Sampling uses transformers' temperature / top-p logits warpers.
+share one forward pass. The batch cache is a preallocated `StaticCache` (written in place; a
+growing cache re-copies every step, which dominated CPU decode time). Sampling uses transformers' temperature / top-p logits warpers.
 `forward_seconds` accumulates wall time inside the model's forward passes.
 """
 
@@ -19,7 +20,7 @@ import time
 from collections import OrderedDict
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+from transformers import AutoModelForCausalLM, AutoTokenizer, StaticCache
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
 from sparring.generation.base import Completion, GenerationBackend, SamplingParams
@@ -116,7 +117,9 @@ class HFBackend(GenerationBackend):
             mask[i, lmax + nmax - len(toks) :] = 1
             input_ids[i, nmax - len(toks) :] = torch.tensor(toks)
             position_ids[i, nmax - len(toks) :] = torch.arange(n_past, n_past + len(toks))
-        cache = self._batch_cache([kv for _, kv in cached], past, lmax)
+        cache = self._batch_cache(
+            [kv for _, kv in cached], past, lmax, nmax + params.max_new_tokens
+        )
         mask, input_ids, position_ids = mask.to(dev), input_ids.to(dev), position_ids.to(dev)
 
         warpers = []
@@ -161,12 +164,16 @@ class HFBackend(GenerationBackend):
         ids, kv = self._sessions[session]
         self._sessions.move_to_end(session)
         n = min(len(ids), len(prompt) - 1)
-        if ids[:n] != prompt[:n]:
-            return [], None
+        same = torch.tensor(ids[:n]) == torch.tensor(prompt[:n])
+        n = n if bool(same.all()) else int((~same).nonzero()[0, 0])  # common prefix length
         return ids[:n], [(k[:, :n], v[:, :n]) for k, v in kv]
 
-    def _batch_cache(self, kvs: list[KV | None], past: list[int], lmax: int) -> DynamicCache:
-        cache = DynamicCache(config=self.model.config)
+    def _batch_cache(
+        self, kvs: list[KV | None], past: list[int], lmax: int, room: int
+    ) -> StaticCache:
+        """A preallocated cache holding each row's cached prefix, left-padded to `lmax`, with
+        `room` free positions (a static cache writes in place instead of concatenating)."""
+        cache = StaticCache(config=self.model.config, max_cache_len=lmax + room)
         if lmax == 0:
             return cache
         ref = next(kv for kv in kvs if kv is not None)
@@ -182,7 +189,7 @@ class HFBackend(GenerationBackend):
         return cache
 
     def _store(self, sessions: list[str], prompts: list[list[int]], rows: list[list[int]],
-               cache: DynamicCache, mask: torch.Tensor) -> None:  # fmt: skip
+               cache: StaticCache, mask: torch.Tensor) -> None:  # fmt: skip
         """Keep each row's real positions: its prompt plus the generated tokens fed back."""
         for i, (session, prompt, row) in enumerate(zip(sessions, prompts, rows, strict=True)):
             cols = mask[i].nonzero()[:, 0]  # real (unpadded) positions of row i
