@@ -1,0 +1,23 @@
+"""Benchmarks run end to end at a tiny size and print their RESULT line last."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_bench(script: str, *args: str) -> str:
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], capture_output=True,
+                         text=True, timeout=600, check=True).stdout  # fmt: skip
+    return out.strip().splitlines()[-1]
+
+
+def test_rollout_bench(tiny_model_dir):
+    last = run_bench(
+        "rollout.py", "--games", "2", "--max-turns", "2", "--model", str(tiny_model_dir)
+    )
+    name, value = last.split()[1:]
+    assert last.startswith("RESULT rollout_speedup") and float(value) > 0
