@@ -47,7 +47,8 @@ class TinyModelConfig(BaseModel):
 
 
 def game_corpus(seed: int, n_games: int = 200) -> list[str]:
-    """Text the tokenizer is trained on: matching-game prompts and actions of all sizes."""
+    """Text the tokenizer is trained on: matching-game prompts and actions of all sizes, plus
+    Diplomacy episodes when its optional engine is installed."""
     rng = random.Random(seed)
     lines: list[str] = []
     for i in range(n_games):
@@ -67,6 +68,29 @@ def game_corpus(seed: int, n_games: int = 200) -> list[str]:
             "[accept]", "[reject]", "You move first.", "Partner: [reject]",
             "Error: no action tag; use [message], [propose], [accept] or [reject]. Try again.",
         ]  # fmt: skip
+    return lines + diplomacy_corpus(seed)
+
+
+def diplomacy_corpus(seed: int, n_games: int = 6) -> list[str]:
+    """Every seat's chat (prompts, observations, scripted orders) of a few short scripted
+    Diplomacy episodes, plus sample press lines; empty without the `diplomacy` extra."""
+    try:
+        from sparring.games.diplomacy import ROLES
+    except ImportError:
+        return []
+    from sparring.agents import make_agent
+
+    lines: list[str] = []
+    for i in range(n_games):
+        game = make_game("diplomacy", horizon=2)
+        game.reset(game.generate_state(seed * 100_003 + i))
+        bots = [make_agent(("greedy", "random-legal")[s % 2], seed=i * 7 + s) for s in range(7)]
+        while not game.done:
+            for s in game.pending_seats:
+                game.step(s, bots[s].act(game, s))
+        lines += [m["content"] for s in range(7) for m in game.messages(s)]
+        a, b = random.Random(seed + i).sample(ROLES, 2)
+        lines += [f"{a}: I will support you into {b[:3]}.", f"ALL: {b} attacks {a} now."]
     return lines
 
 
