@@ -89,6 +89,7 @@ class S3Server:
         self.buckets = list(buckets)
         self.startup_timeout = startup_timeout
         self.port = 0
+        self._ports: list[int] = []
         self._proc: subprocess.Popen[bytes] | None = None
 
     def __repr__(self) -> str:
@@ -166,6 +167,9 @@ class S3Server:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        for port in self._ports:  # weed leaves its unix sockets in the temp folder
+            for sock in Path(tempfile.gettempdir()).glob(f"seaweedfs-*-{port}.sock"):
+                sock.unlink(missing_ok=True)
         if self._own_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
@@ -194,6 +198,7 @@ class S3Server:
         # can't be set on the command line), so both of each pair must be free.
         s3, master, volume, filer, admin = free_ports(5, grpc_offset_free=True)
         self.port = s3
+        self._ports = [p + d for p in (s3, master, volume, filer, admin) for d in (0, 10000)]
         return [
             weed_binary(),
             f"-logdir={self.data_dir / 'logs'}",

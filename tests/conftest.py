@@ -13,3 +13,16 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from sparring.tiny_model import init_tiny
 
     return init_tiny(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory):
+    """A real SeaweedFS S3 server on 127.0.0.1 (free ports, own credentials, bucket `sparring`).
+
+    Point code at it with `monkeypatch.setenv` over `s3_server.env()`, or pass
+    `StorageConfig(endpoint_url=s3_server.endpoint_url, access_key_id=..., secret_access_key=...)`.
+    """
+    from sparring.s3server import S3Server
+
+    with S3Server(tmp_path_factory.mktemp("s3"), buckets=["sparring"]) as server:
+        yield server
