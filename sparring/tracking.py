@@ -1,0 +1,268 @@
+"""MLflow tracking and registry: one experiment per pipeline, a parent run with one child run per
+iteration, and a registered model whose versions point at verified S3 checkpoints.
+
+    with PipelineRun.start(TrackingConfig(experiment="matching"), "run-1", params=cfg) as run:
+        run.log_metrics(0, {"eval/selfplay/player_a/normalized_reward": 0.41})
+        register_checkpoint("sparring-matching", "s3://sparring/runs/run-1/0/checkpoint",
+                            run.iteration_run(0), iteration=0, metrics=m, score=0.41)
+    resolve_model_uri("models:/sparring-matching@champion")  # -> "s3://.../0/checkpoint"
+
+`MLFLOW_TRACKING_URI` picks the server (default `sqlite:///mlflow.db`). When `MLFLOW_RUN_ID` is set
+(KFP 2.17 injects it), that run is the parent and iterations become its children. Registry
+conventions: version source = the checkpoint's S3 URI; version tags `iteration`, `score` and
+every eval metric; the alias `champion` moves only when `score` beats the champion's `score`.
+Browse with `mlflow ui --backend-store-uri sqlite:///mlflow.db`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, NamedTuple
+
+import requests
+from mlflow.entities import Metric, Param
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+from pydantic import BaseModel, Field
+
+from sparring import storage
+
+CHAMPION = "champion"
+ITERATION_TAG = "sparring.iteration"
+_PARAM_MAX = 6000  # MLflow's limit on a param value
+
+
+class TrackingUnavailableError(RuntimeError):
+    """The MLflow tracking server does not answer."""
+
+
+class TrackingConfig(BaseModel):
+    """Where and under which experiment a pipeline logs."""
+
+    tracking_uri: str | None = None  # None = $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db
+    experiment: str = "sparring"  # one experiment per pipeline
+    artifact_location: str | None = None  # run artifacts of a NEW experiment, e.g. s3://b/mlflow
+    probe_timeout: float = Field(5.0, gt=0)  # seconds to wait for an http(s) server's /health
+
+    def resolved_uri(self) -> str:
+        """The tracking URI this config means."""
+        return self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
+
+
+def connect(config: TrackingConfig | None = None) -> MlflowClient:
+    """A client for the tracking server and registry, after checking the server answers.
+
+    An http(s) server must answer `/health` within `probe_timeout` (MLflow's own client would
+    retry for minutes); a sqlite store gets its folder created.
+    """
+    uri = (config or TrackingConfig()).resolved_uri()
+    timeout = (config or TrackingConfig()).probe_timeout
+    if uri.startswith(("http://", "https://")):
+        try:
+            requests.get(f"{uri.rstrip('/')}/health", timeout=timeout).raise_for_status()
+        except requests.RequestException as e:
+            raise TrackingUnavailableError(
+                f"MLflow tracking server {uri} is unreachable ({type(e).__name__}). Start it "
+                "(`mlflow server --backend-store-uri sqlite:///mlflow.db`) or fix "
+                "MLFLOW_TRACKING_URI / TrackingConfig.tracking_uri."
+            ) from e
+    elif uri.startswith("sqlite:///"):
+        Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def flatten_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """`{"a": {"b": 1}}` -> `{"a.b": "1"}`; values cut to MLflow's 6000-character limit."""
+    flat: dict[str, str] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten_params(value, f"{name}."))
+        else:
+            flat[name] = str(value)[:_PARAM_MAX]
+    return flat
+
+
+class PipelineRun:
+    """A pipeline's parent run, with one child run per iteration (found or created on demand).
+
+    Build it with `start` (new parent, or `$MLFLOW_RUN_ID`) or `attach` (a later task of the
+    same pipeline). Metrics logged for an iteration go to its child run at step=iteration and
+    to the parent at the same step, so the parent shows the curve across iterations.
+    """
+
+    def __init__(self, client: MlflowClient, run_id: str, owned: bool) -> None:
+        self.client = client
+        self.run_id = run_id
+        self.experiment_id = client.get_run(run_id).info.experiment_id
+        self.owned = owned  # we created it, so we end it
+        self._children: dict[int, str] = {}
+
+    @classmethod
+    def start(
+        cls,
+        config: TrackingConfig | None = None,
+        run_name: str | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> PipelineRun:
+        """Create the parent run (or adopt `$MLFLOW_RUN_ID`) and log `params` once, flattened."""
+        config = config or TrackingConfig()
+        client = connect(config)
+        if injected := os.environ.get("MLFLOW_RUN_ID"):
+            run = cls(client, injected, owned=False)
+        else:
+            experiment = client.get_experiment_by_name(config.experiment)
+            experiment_id = (
+                experiment.experiment_id
+                if experiment
+                else client.create_experiment(config.experiment, config.artifact_location)
+            )
+            run = cls(client, client.create_run(experiment_id, run_name=run_name).info.run_id, True)
+        if params:
+            logged = client.get_run(run.run_id).data.params
+            new = {k: v for k, v in flatten_params(params).items() if k not in logged}
+            client.log_batch(run.run_id, params=[Param(k, v) for k, v in new.items()])
+        return run
+
+    @classmethod
+    def attach(cls, run_id: str, config: TrackingConfig | None = None) -> PipelineRun:
+        """An existing parent run, e.g. from the task that started the pipeline."""
+        return cls(connect(config), run_id, owned=False)
+
+    def iteration_run(self, iteration: int) -> str:
+        """The run id of iteration `iteration`'s child run, created on first use."""
+        if iteration not in self._children:
+            found = self.client.search_runs(
+                [self.experiment_id],
+                filter_string=f"tags.mlflow.parentRunId = '{self.run_id}' "
+                f"and tags.`{ITERATION_TAG}` = '{iteration}'",
+                max_results=1,
+            )
+            self._children[iteration] = (
+                found[0].info.run_id
+                if found
+                else self.client.create_run(
+                    self.experiment_id,
+                    run_name=f"iteration-{iteration}",
+                    tags={"mlflow.parentRunId": self.run_id, ITERATION_TAG: str(iteration)},
+                ).info.run_id
+            )
+        return self._children[iteration]
+
+    def log_metrics(self, iteration: int, metrics: Mapping[str, float]) -> None:
+        """Log `metrics` (names like `eval/selfplay/player_a/normalized_reward`) for an iteration."""
+        now = int(time.time() * 1000)
+        batch = [Metric(k, float(v), now, iteration) for k, v in metrics.items()]
+        for run_id in (self.iteration_run(iteration), self.run_id):
+            self.client.log_batch(run_id, metrics=batch)
+
+    def log_artifact(self, path: str | Path, iteration: int | None = None, dest: str | None = None):
+        """Upload a file or folder (plots, `games.jsonl`, samples) to the iteration's run
+        (or the parent's when `iteration` is None), under the artifact folder `dest`."""
+        run_id = self.run_id if iteration is None else self.iteration_run(iteration)
+        path = Path(path)
+        log = self.client.log_artifacts if path.is_dir() else self.client.log_artifact
+        log(run_id, str(path), dest)
+
+    def finish(self, status: str = "FINISHED") -> None:
+        """End the child runs and, if we created it, the parent run."""
+        for child in self._children.values():
+            self.client.set_terminated(child, status)
+        if self.owned:
+            self.client.set_terminated(self.run_id, status)
+
+    def __enter__(self) -> PipelineRun:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.finish("FAILED" if exc_type else "FINISHED")
+
+
+# -- registry ----------------------------------------------------------------------------------
+
+
+class Registration(NamedTuple):
+    """What `register_checkpoint` did."""
+
+    version: str  # the new model version
+    is_champion: bool  # whether `champion` now points at it
+    champion_version: str  # where `champion` points afterwards
+    champion_score: float  # the champion's score afterwards
+
+
+def champion(model_name: str, client: MlflowClient | None = None):  # -> ModelVersion | None
+    """The model version under the `champion` alias, or None if there is none yet."""
+    client = client or connect()
+    try:
+        return client.get_model_version_by_alias(model_name, CHAMPION)
+    except MlflowException as e:
+        if e.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+            return None
+        raise
+
+
+def register_checkpoint(
+    model_name: str,
+    s3_uri: str,
+    run_id: str | None,
+    iteration: int,
+    metrics: Mapping[str, float],
+    score: float,
+    *,
+    client: MlflowClient | None = None,
+    storage_config: storage.StorageConfig | None = None,
+    deep_verify: bool = False,
+) -> Registration:
+    """Verify the uploaded checkpoint, then register it as a new version of `model_name`.
+
+    Nothing is registered if `storage.verify` fails (missing manifest, missing or changed files,
+    S3 unreachable or refusing). The version's source is `s3_uri`; its tags are `iteration`,
+    `score` and every metric. `champion` moves to it only if `score` is strictly higher than
+    the champion's `score` tag (or there is no champion).
+    """
+    storage.verify(s3_uri, storage_config, deep=deep_verify)
+    client = client or connect()
+    try:
+        client.create_registered_model(model_name)
+    except MlflowException as e:
+        if e.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+    tags = {"iteration": str(iteration), "score": repr(float(score))}
+    tags |= {name: repr(float(value)) for name, value in metrics.items()}
+    version = client.create_model_version(model_name, source=s3_uri, run_id=run_id, tags=tags)
+    current = champion(model_name, client)
+    if current is None or float(score) > float(current.tags.get("score", "-inf")):
+        client.set_registered_model_alias(model_name, CHAMPION, version.version)
+        return Registration(str(version.version), True, str(version.version), float(score))
+    return Registration(
+        str(version.version), False, str(current.version), float(current.tags["score"])
+    )
+
+
+def resolve_model_uri(uri: str, client: MlflowClient | None = None) -> str:
+    """`models:/name@alias` or `models:/name/<version>` -> that version's source (its S3 URI).
+
+    Anything else (an S3 URI, a path, a hub name) comes back unchanged.
+    """
+    if not uri.startswith("models:/"):
+        return uri
+    ref = uri.removeprefix("models:/")
+    client = client or connect()
+    if "@" in ref:
+        name, alias = ref.split("@", 1)
+        return client.get_model_version_by_alias(name, alias).source
+    name, _, version = ref.rpartition("/")
+    if not name or not version.isdigit():
+        raise ValueError(
+            f"Bad model URI {uri!r}: use models:/<name>@<alias> or models:/<name>/<n>."
+        )
+    return client.get_model_version(name, version).source
