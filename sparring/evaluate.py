@@ -7,6 +7,7 @@ Modes (each a batched rollout of the val states):
     selfplay      the model in every seat
     vs_previous   the model against another checkpoint, once in each seat (seats swapped)
     vs_scripted   the model against the game's scripted baseline, once in each seat
+                  (Diplomacy: against every scripted bot, see sparring.evaluate_diplomacy)
 For every mode and role the model played: mean normalized reward with its standard error,
 agreement rate, invalid-action rate (bad actions / attempts), mean turns and mean words.
 Metric names: `eval/<mode>/<role>/<metric>` plus `eval/<mode>/all/normalized_reward`.
@@ -26,7 +27,8 @@ from sparring.generation.base import SamplingParams
 from sparring.rollout import Episode, Policy, RolloutConfig, load_inits, play
 
 MODES = ("selfplay", "vs_previous", "vs_scripted")
-SCRIPTED = {"matching": "matching-scripted"}  # the default scripted opponent per game
+# the default scripted opponent per game
+SCRIPTED = {"matching": "matching-scripted", "diplomacy": "greedy"}
 
 
 class EvalConfig(BaseModel):
@@ -93,6 +95,12 @@ def evaluate(
     for mode in cfg.modes:
         if mode == "vs_previous" and previous is None:
             continue
+        if mode == "vs_scripted" and cfg.game == "diplomacy":  # every bot x every country
+            from sparring.evaluate_diplomacy import vs_bots
+
+            mode_metrics, episodes[mode] = vs_bots(policy, inits, cfg, progress)
+            metrics |= mode_metrics
+            continue
         other_name = {"selfplay": "policy", "vs_previous": "previous", "vs_scripted": cfg.opponent}[
             mode
         ]
@@ -158,7 +166,8 @@ def plot_rewards(metrics: dict[str, float], path: str | Path, title: str = "eval
 def write_eval(
     metrics: dict[str, float], episodes: dict[str, list[Episode]], out_dir: str | Path
 ) -> dict[str, Path]:
-    """Write metrics.json, rewards.png and a few sample transcripts (transcripts.json)."""
+    """Write metrics.json, rewards.png and a few sample transcripts (transcripts.json), plus
+    Diplomacy's country_table.md and country_heatmap.png when its per-bot metrics are there."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
@@ -166,11 +175,16 @@ def write_eval(
                        "transcript": e.transcript} for e in eps[:3]]
                for mode, eps in episodes.items()}  # fmt: skip
     (out / "transcripts.json").write_text(json.dumps(samples, indent=1))
-    return {
+    paths = {
         "metrics": out / "metrics.json",
         "plot": plot_rewards(metrics, out / "rewards.png"),
         "transcripts": out / "transcripts.json",
     }
+    if any(k.endswith("/all/reward_mean") for k in metrics):  # Diplomacy's per-bot metrics
+        from sparring.evaluate_diplomacy import write_country_report
+
+        paths |= write_country_report(metrics, out)
+    return paths
 
 
 def load_and_evaluate(

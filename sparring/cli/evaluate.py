@@ -17,19 +17,21 @@ from sparring.cli.options import load_config, parse_params
 @click.option("--inits", required=True, type=click.Path(exists=True), help="val game-init parquet.")
 @click.option("--previous", help="Checkpoint for the vs_previous mode (seats swapped).")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Output directory.")
+@click.option("--game", help="Game name (default: matching).")
 @click.option("--num-games", type=int, help="Use the first N val states.")
 @click.option("--modes", help="Comma-separated: selfplay,vs_previous,vs_scripted.")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="Game parameter.")
 @click.option("--temperature", type=float, help="Sampling temperature (default 0 = greedy).")
 @click.option("--max-new-tokens", type=int, help="Tokens per turn.")
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda or auto.")
-def command(config, model, inits, previous, out, num_games, modes, params, temperature,
+def command(config, game, model, inits, previous, out, num_games, modes, params, temperature,
             max_new_tokens, device) -> None:  # fmt: skip
     """Evaluate MODEL on val games; write OUT/metrics.json and OUT/rewards.png."""
     from sparring.evaluate import EvalConfig, load_and_evaluate, write_eval
     from sparring.models import resolve_model
 
     overrides = {
+        "game": game,
         "num_games": num_games,
         "modes": modes.split(",") if modes else None,
         "sampling.temperature": temperature,

@@ -14,6 +14,7 @@ from sparring.cli.options import load_config, parse_params
 @click.option("--model", help="Policy checkpoint: a local path, hub name or models:/name@alias.")
 @click.option("--inits", required=True, type=click.Path(exists=True), help="game-init parquet.")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Output directory.")
+@click.option("--game", help="Game name (default: matching).")
 @click.option("--limit", type=int, help="Use only the first N initial states.")
 @click.option("--games-per-init", type=int, help="Plays per initial state (GRPO group size).")
 @click.option("--seats", help="Comma-separated policy per seat, e.g. policy,matching-scripted.")
@@ -23,13 +24,14 @@ from sparring.cli.options import load_config, parse_params
 @click.option("--seed", type=int, help="Sampling seed.")
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda or auto.")
 @click.option("--tokenizer", help="Tokenizer for scripted-only rollouts that should write samples.")
-def command(config, model, inits, out, limit, games_per_init, seats, params, temperature,
+def command(config, game, model, inits, out, limit, games_per_init, seats, params, temperature,
             max_new_tokens, seed, device, tokenizer) -> None:  # fmt: skip
     """Play self-play games; write OUT/games.jsonl and OUT/samples.parquet."""
     from sparring.models import resolve_model
     from sparring.rollout import RolloutConfig, build_policies, load_inits, play, write_outputs
 
     overrides = {
+        "game": game,
         "games_per_init": games_per_init,
         "seats": seats.split(",") if seats else None,
         "sampling.temperature": temperature,

@@ -1,0 +1,65 @@
+"""Diplomacy from the command line with the tiny model: game-init, rollout, and the evaluator
+(policy vs every scripted bot in every country: metrics, table and heat map)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+pytest.importorskip("diplomacy")
+
+from sparring.cli import main  # noqa: E402
+from sparring.evaluate_diplomacy import BOTS, country_grid  # noqa: E402
+from sparring.games.diplomacy import ROLES  # noqa: E402
+
+PARAMS = ("--param", "horizon=1", "--param", "press=false")
+
+
+def run(*args: str) -> str:
+    res = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    return res.output
+
+
+@pytest.fixture(scope="module")
+def inits(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dip-inits")
+    run(
+        "game-init", "--game", "diplomacy", *PARAMS, "--train", "2", "--val", "1", "--out", str(out)
+    )
+    return out
+
+
+def test_rollout_command(inits, tmp_path, tiny_model_dir):
+    run("rollout", "--game", "diplomacy", *PARAMS, "--model", str(tiny_model_dir),
+        "--inits", str(inits / "train.parquet"), "--games-per-init", "1",
+        "--max-new-tokens", "8", "--out", str(tmp_path))  # fmt: skip
+    df = pd.read_parquet(tmp_path / "samples.parquet")
+    # one row per (game, power that still had units): 2 games x up to 7 powers
+    assert 7 <= len(df) <= 14 and (df.country == df.role).all()
+    assert all(p.startswith(f"{c}/") for c, p in zip(df.country, df.country_phase, strict=True))
+
+
+def test_evaluate_against_every_bot_in_every_country(inits, tmp_path, tiny_model_dir):
+    run("evaluate", "--game", "diplomacy", *PARAMS, "--model", str(tiny_model_dir),
+        "--inits", str(inits / "val.parquet"), "--modes", "selfplay,vs_scripted",
+        "--max-new-tokens", "8", "--out", str(tmp_path))  # fmt: skip
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    grid = country_grid(metrics)
+    assert list(grid) == list(BOTS) and all(set(row) == set(ROLES) for row in grid.values())
+    for bot in BOTS:
+        assert metrics[f"eval/vs_{bot}/FRANCE/episodes"] == 1.0
+        assert 0.0 <= metrics[f"eval/vs_{bot}/all/reward_mean"] <= 1.0
+    # the generic per-role keys, against the default opponent (greedy), are there too
+    assert (
+        metrics["eval/vs_scripted/all/normalized_reward"]
+        == metrics["eval/vs_greedy/all/reward_mean"]
+    )
+    assert {f"eval/vs_scripted/{r}/invalid_rate" for r in ROLES} <= set(metrics)
+    assert "eval/selfplay/TURKEY/normalized_reward" in metrics
+    table = (tmp_path / "country_table.md").read_text()
+    assert all(f"| {c} |" in table for c in ROLES) and "random-legal" in table
+    assert (tmp_path / "country_heatmap.png").read_bytes()[:4] == b"\x89PNG"
