@@ -59,11 +59,13 @@ def connect(config: TrackingConfig | None = None) -> MlflowClient:
     An http(s) server must answer `/health` within `probe_timeout` (MLflow's own client would
     retry for minutes); a sqlite store gets its folder created.
     """
-    uri = (config or TrackingConfig()).resolved_uri()
-    timeout = (config or TrackingConfig()).probe_timeout
+    config = config or TrackingConfig()
+    uri = config.resolved_uri()
     if uri.startswith(("http://", "https://")):
         try:
-            requests.get(f"{uri.rstrip('/')}/health", timeout=timeout).raise_for_status()
+            requests.get(
+                f"{uri.rstrip('/')}/health", timeout=config.probe_timeout
+            ).raise_for_status()
         except requests.RequestException as e:
             raise TrackingUnavailableError(
                 f"MLflow tracking server {uri} is unreachable ({type(e).__name__}). Start it "
@@ -160,7 +162,9 @@ class PipelineRun:
         for run_id in (self.iteration_run(iteration), self.run_id):
             self.client.log_batch(run_id, metrics=batch)
 
-    def log_artifact(self, path: str | Path, iteration: int | None = None, dest: str | None = None):
+    def log_artifact(
+        self, path: str | Path, iteration: int | None = None, dest: str | None = None
+    ) -> None:
         """Upload a file or folder (plots, `games.jsonl`, samples) to the iteration's run
         (or the parent's when `iteration` is None), under the artifact folder `dest`."""
         run_id = self.run_id if iteration is None else self.iteration_run(iteration)
