@@ -325,11 +325,6 @@ def _open_store(uri: str, config: StorageConfig | None) -> _Store:
 # -- directory operations ----------------------------------------------------------------------
 
 
-def is_s3(uri: str) -> bool:
-    """True for `s3://` URIs."""
-    return uri.startswith("s3://")
-
-
 def artifact_uri(root: str, run: str, iteration: int, name: str) -> str:
     """`<root>/<run>/<iteration>/<name>`, e.g. `s3://sparring/runs/r1/0/checkpoint`."""
     return f"{root.rstrip('/')}/{run}/{iteration}/{name}"
@@ -361,10 +356,14 @@ def upload_dir(
 
 def read_manifest(uri: str, config: StorageConfig | None = None) -> list[FileEntry]:
     """The manifest's entries; VerifyError if there is none (an interrupted or foreign upload)."""
-    text = _open_store(uri, config).read_text(MANIFEST)
+    return _manifest(_open_store(uri, config))
+
+
+def _manifest(store: _Store) -> list[FileEntry]:
+    text = store.read_text(MANIFEST)
     if text is None:
         raise VerifyError(
-            f"{uri} has no {MANIFEST}: the upload is incomplete (rerun upload_dir to finish it) "
+            f"{store.uri} has no {MANIFEST}: the upload is incomplete (rerun upload_dir to finish it) "
             "or this is not a Sparring artifact."
         )
     return [FileEntry(**e) for e in json.loads(text)["files"]]
@@ -377,7 +376,7 @@ def verify(uri: str, config: StorageConfig | None = None, deep: bool = False) ->
     truncated and missing files. Returns the manifest's entries; raises VerifyError.
     """
     store = _open_store(uri, config)
-    entries = read_manifest(uri, config)
+    entries = _manifest(store)
     sizes = store.sizes()
     problems = [
         f"{e.path}: missing"
@@ -405,7 +404,7 @@ def download_dir(uri: str, local_dir: str | Path, config: StorageConfig | None =
     store = _open_store(uri, config)
     root = Path(local_dir)
     bad = []
-    for entry in read_manifest(uri, config):
+    for entry in _manifest(store):
         target = root / entry.path
         target.parent.mkdir(parents=True, exist_ok=True)
         store.get(entry.path, target)
