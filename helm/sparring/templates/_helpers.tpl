@@ -1,0 +1,240 @@
+{{/*
+sparring.name: the chart name, or nameOverride.
+*/}}
+{{- define "sparring.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+sparring.fullname: the prefix of every resource name (release name, plus the chart name
+unless the release name already contains it), truncated to 63 characters for DNS.
+*/}}
+{{- define "sparring.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+sparring.chart: chart name and version, for the helm.sh/chart label.
+*/}}
+{{- define "sparring.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+sparring.labels: the common labels on every resource.
+*/}}
+{{- define "sparring.labels" -}}
+helm.sh/chart: {{ include "sparring.chart" . }}
+{{ include "sparring.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: sparring
+{{- end }}
+
+{{/*
+sparring.selectorLabels: the labels a Service or Deployment selects on (add a component label).
+*/}}
+{{- define "sparring.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "sparring.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+sparring.serviceAccountName: the ServiceAccount every pod (and, by default, pipeline runs) uses.
+*/}}
+{{- define "sparring.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "sparring.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+sparring.image: a runtime image reference. Call with (dict "ctx" $ "flavor" "cpu"|"gpu"):
+<image.repository>:<image.tag or appVersion>-<flavor>, the same scheme images/build.sh tags.
+*/}}
+{{- define "sparring.image" -}}
+{{- $tag := default .ctx.Chart.AppVersion .ctx.Values.image.tag }}
+{{- printf "%s:%s-%s" .ctx.Values.image.repository $tag .flavor }}
+{{- end }}
+
+{{/*
+sparring.s3SecretName: the Secret holding S3 keys (chart-made or existing); empty for
+serviceAccount mode (IRSA / workload identity).
+*/}}
+{{- define "sparring.s3SecretName" -}}
+{{- $c := .Values.s3.credentials }}
+{{- if eq $c.mode "secret" }}
+{{- printf "%s-s3" (include "sparring.fullname" .) }}
+{{- else if eq $c.mode "existingSecret" }}
+{{- $c.existingSecret }}
+{{- end }}
+{{- end }}
+
+{{/*
+sparring.s3Endpoint: the S3 endpoint URL clients use: the bundled SeaweedFS Service when it is
+enabled, else s3.endpoint (empty = AWS).
+*/}}
+{{- define "sparring.s3Endpoint" -}}
+{{- if .Values.seaweedfs.enabled }}
+{{- printf "http://%s-s3.%s.svc.cluster.local:8333" (include "sparring.fullname" .) .Release.Namespace }}
+{{- else }}
+{{- .Values.s3.endpoint }}
+{{- end }}
+{{- end }}
+
+{{/*
+sparring.s3PathStyle: "true" when path-style addressing is needed (bundled SeaweedFS always).
+*/}}
+{{- define "sparring.s3PathStyle" -}}
+{{- if or .Values.seaweedfs.enabled .Values.s3.forcePathStyle }}true{{ else }}false{{ end }}
+{{- end }}
+
+{{/*
+sparring.s3Uri: s3://<bucket>/<prefix>[/<sub>]. Call with (dict "ctx" $ "sub" "kfp").
+*/}}
+{{- define "sparring.s3Uri" -}}
+{{- $base := printf "s3://%s" .ctx.Values.s3.bucket }}
+{{- with trimAll "/" .ctx.Values.s3.prefix }}{{ $base = printf "%s/%s" $base . }}{{ end }}
+{{- with .sub }}{{ $base = printf "%s/%s" $base . }}{{ end }}
+{{- $base }}
+{{- end }}
+
+{{/*
+sparring.mlflowUrl: the in-cluster MLflow URL (or mlflow.externalUrl when not bundled).
+*/}}
+{{- define "sparring.mlflowUrl" -}}
+{{- if .Values.mlflow.enabled }}
+{{- printf "http://%s-mlflow.%s.svc.cluster.local:%d" (include "sparring.fullname" .) .Release.Namespace (int .Values.mlflow.service.port) }}
+{{- else }}
+{{- .Values.mlflow.externalUrl }}
+{{- end }}
+{{- end }}
+
+{{/*
+sparring.s3Env: container env for boto3/MLflow: region, endpoint, addressing style and, unless
+credentials come from the ServiceAccount, the keys from the S3 Secret.
+*/}}
+{{- define "sparring.s3Env" -}}
+- name: AWS_DEFAULT_REGION
+  value: {{ .Values.s3.region | quote }}
+{{- with include "sparring.s3Endpoint" . }}
+- name: AWS_ENDPOINT_URL_S3
+  value: {{ . | quote }}
+- name: MLFLOW_S3_ENDPOINT_URL
+  value: {{ . | quote }}
+{{- end }}
+{{- if eq (include "sparring.s3PathStyle" .) "true" }}
+- name: AWS_S3_ADDRESSING_STYLE
+  value: path
+{{- end }}
+{{- with include "sparring.s3SecretName" . }}
+- name: AWS_ACCESS_KEY_ID
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $.Values.s3.credentials.accessKeyIdKey }}
+- name: AWS_SECRET_ACCESS_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $.Values.s3.credentials.secretAccessKeyKey }}
+{{- end }}
+{{- end }}
+
+{{/*
+sparring.podSpecCommon: serviceAccount, pull secrets and pod securityContext shared by all pods.
+*/}}
+{{- define "sparring.podSpecCommon" -}}
+serviceAccountName: {{ include "sparring.serviceAccountName" . }}
+{{- with .Values.image.pullSecrets }}
+imagePullSecrets:
+{{- range . }}
+  - name: {{ . }}
+{{- end }}
+{{- end }}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- end }}
+
+{{/*
+sparring.validate: fail on value combinations the schema cannot express, naming the fix.
+*/}}
+{{- define "sparring.validate" -}}
+{{- $c := .Values.s3.credentials }}
+{{- if not .Values.s3.bucket }}
+{{- fail "s3.bucket is required: the bucket for KFP artifacts, checkpoints and MLflow artifacts (--set s3.bucket=my-bucket)" }}
+{{- end }}
+{{- if and (eq $c.mode "secret") (or (not $c.accessKeyId) (not $c.secretAccessKey)) }}
+{{- fail "s3.credentials.mode=secret needs s3.credentials.accessKeyId and s3.credentials.secretAccessKey; or use mode=existingSecret with s3.credentials.existingSecret, or mode=serviceAccount with an IRSA/workload-identity annotation" }}
+{{- end }}
+{{- if and (eq $c.mode "existingSecret") (not $c.existingSecret) }}
+{{- fail "s3.credentials.mode=existingSecret needs s3.credentials.existingSecret (the name of a Secret holding the keys)" }}
+{{- end }}
+{{- if and (eq $c.mode "serviceAccount") (not .Values.serviceAccount.annotations) }}
+{{- fail "s3.credentials.mode=serviceAccount needs serviceAccount.annotations, e.g. eks.amazonaws.com/role-arn (IRSA) or iam.gke.io/gcp-service-account (workload identity)" }}
+{{- end }}
+{{- if and .Values.seaweedfs.enabled (ne $c.mode "secret") }}
+{{- fail "seaweedfs.enabled needs s3.credentials.mode=secret: the bundled S3 server is configured from those keys" }}
+{{- end }}
+{{- if and .Values.seaweedfs.enabled .Values.s3.endpoint }}
+{{- fail "seaweedfs.enabled and s3.endpoint are exclusive: the bundled server is the endpoint; unset s3.endpoint" }}
+{{- end }}
+{{- if .Values.mlflow.enabled }}
+{{- if and (eq .Values.mlflow.backendStore.type "sqlite") (gt (int .Values.mlflow.replicas) 1) }}
+{{- fail "mlflow.backendStore.type=sqlite supports one replica (a file on a ReadWriteOnce PVC); set mlflow.replicas=1 or use type=postgres" }}
+{{- end }}
+{{- if and (eq .Values.mlflow.backendStore.type "postgres") (not .Values.mlflow.backendStore.postgres.existingSecret) }}
+{{- fail "mlflow.backendStore.type=postgres needs mlflow.backendStore.postgres.existingSecret: a Secret whose key (existingSecretKey) holds postgresql://user:password@host:5432/db" }}
+{{- end }}
+{{- else if not .Values.mlflow.externalUrl }}
+{{- fail "mlflow.enabled=false needs mlflow.externalUrl (the tracking server pipeline runs log to)" }}
+{{- end }}
+{{- if and .Values.pipeline.register.recurringRun.enabled (not .Values.pipeline.register.enabled) }}
+{{- fail "pipeline.register.recurringRun.enabled needs pipeline.register.enabled (the Job that creates it)" }}
+{{- end }}
+{{- end }}
+
+{{/*
+sparring.pipelineConfig: the pipeline config that `sparring compile --config` reads, as YAML.
+Images, GPU resources, placement, the S3 Secret and MLflow come from these values only.
+*/}}
+{{- define "sparring.pipelineConfig" -}}
+{{- $p := .Values.pipeline }}
+{{- $gpuImage := ternary (include "sparring.image" (dict "ctx" . "flavor" "gpu")) (include "sparring.image" (dict "ctx" . "flavor" "cpu")) $p.useGpuImage }}
+{{- $cfg := dict
+  "name" $p.name
+  "parameters" $p.parameters
+  "images" (dict "cpu" (include "sparring.image" (dict "ctx" . "flavor" "cpu")) "gpu" $gpuImage)
+  "kubernetes" (dict
+    "gpu" (dict "accelerator" $p.gpu.accelerator "count" (int $p.gpu.count) "cpu" (toString $p.gpu.cpu) "memory" (toString $p.gpu.memory) "shm_size" (toString $p.gpu.shmSize) "node_selector" $p.gpu.nodeSelector "tolerations" $p.gpu.tolerations)
+    "node_selector" $p.nodeSelector
+    "tolerations" $p.tolerations
+    "s3_secret" (include "sparring.s3SecretName" . | default nil)
+    "s3_secret_keys" (dict "access_key_id" .Values.s3.credentials.accessKeyIdKey "secret_access_key" .Values.s3.credentials.secretAccessKeyKey)
+    "service_account" (include "sparring.serviceAccountName" .)
+    "image_pull_secrets" .Values.image.pullSecrets
+    "retries" (int $p.retries)
+    "caching" $p.caching)
+  "storage" (dict
+    "uri" (include "sparring.s3Uri" (dict "ctx" . "sub" "runs"))
+    "endpoint_url" (include "sparring.s3Endpoint" . | default nil)
+    "region" .Values.s3.region
+    "path_style" (eq (include "sparring.s3PathStyle" .) "true"))
+  "tracking" (dict
+    "tracking_uri" (include "sparring.mlflowUrl" .)
+    "experiment" $p.name
+    "registered_model" $p.registeredModel)
+}}
+{{- toYaml $cfg }}
+{{- end }}
