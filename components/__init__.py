@@ -1,0 +1,50 @@
+"""KFP components: thin typed wrappers over `sparring.steps` (installed as sparring.components).
+
+Each module holds plain typed functions; `make_components(k8s)` turns them into lightweight
+components on the configured images, with `install_kfp_package=False` because the image
+already has kfp and Sparring. The same function body runs under `kfp.local` and in a pod.
+"""
+
+from typing import NamedTuple
+
+from kfp import dsl
+
+from . import evaluate, game_init, model, register, rollout, run, train
+
+
+class Components(NamedTuple):
+    """The pipeline's components, bound to their images."""
+
+    start: object
+    game_init: object
+    initial_model: object
+    warm_start: object
+    rollout: object
+    train: object
+    evaluate: object
+    register: object
+    finish: object
+
+
+def make_components(k8s) -> Components:
+    """Components on `k8s.image`, or `k8s.gpu_image` for steps that request accelerators.
+
+    Args:
+        k8s: a sparring.pipeline_config.KubernetesSettings.
+    """
+
+    def on(func, gpus: int = 0):
+        image = k8s.gpu_image if gpus else k8s.image
+        return dsl.component(func, base_image=image, install_kfp_package=False)
+
+    return Components(
+        start=on(run.start),
+        game_init=on(game_init.game_init),
+        initial_model=on(model.initial_model),
+        warm_start=on(model.warm_start, k8s.train_gpus),
+        rollout=on(rollout.rollout, k8s.rollout_gpus),
+        train=on(train.train, k8s.train_gpus),
+        evaluate=on(evaluate.evaluate, k8s.eval_gpus),
+        register=on(register.register),
+        finish=on(run.finish),
+    )

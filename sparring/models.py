@@ -1,16 +1,44 @@
 """Model references: a local checkpoint path, a hub name, an S3 URI or an MLflow model URI.
 
 `resolve_model(ref)` returns something `from_pretrained` accepts: local paths and hub names
-pass through; `s3://…` and `models:/name@alias` are fetched into a local cache first.
+pass through; `models:/name@alias` (or `models:/name/<version>`) becomes its version's source,
+and an `s3://…` (or `file://…`) checkpoint is downloaded into a local cache and checked
+against its manifest (sha256 of every file). The cache is keyed by the URI, and a download
+that did not finish is redone, so a half-written folder is never loaded.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import shutil
+import tempfile
 from pathlib import Path
+
+CACHE_ENV = "SPARRING_MODEL_CACHE"  # overrides the default cache folder
+
+
+def default_cache_dir() -> Path:
+    """$SPARRING_MODEL_CACHE, else `<system temp>/sparring-models`."""
+    return Path(os.environ.get(CACHE_ENV) or Path(tempfile.gettempdir()) / "sparring-models")
 
 
 def resolve_model(ref: str, cache_dir: str | Path | None = None) -> str:
     """A local path or hub name for `ref` (see module docstring)."""
-    if ref.startswith(("s3://", "models:/")):
-        raise NotImplementedError(f"remote model references are not wired yet: {ref}")
-    return ref
+    if ref.startswith("models:/"):
+        from sparring.tracking import resolve_model_uri
+
+        ref = resolve_model_uri(ref)
+    if ref.startswith("file://"):
+        ref = ref.removeprefix("file://")
+    if not ref.startswith("s3://"):
+        return ref
+    from sparring.storage import download_dir
+
+    target = Path(cache_dir or default_cache_dir()) / hashlib.sha256(ref.encode()).hexdigest()[:16]
+    done = target / ".complete"
+    if not done.exists():
+        shutil.rmtree(target, ignore_errors=True)
+        download_dir(ref, target)  # raises VerifyError on a missing manifest or bad sha256
+        done.write_text(ref)
+    return str(target)

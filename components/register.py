@@ -1,0 +1,42 @@
+"""KFP component: upload, verify and register a checkpoint (see sparring.steps.register)."""
+
+from kfp.dsl import Artifact, Dataset, Input, Metrics, Model
+
+
+def register(
+    config: str,
+    model: Input[Model],
+    iteration: int,
+    run_name: str,
+    parent_run_id: str,
+    samples: Input[Dataset],
+    evaluation: Input[Artifact],
+    rollout_metrics: Input[Metrics],
+    train_metrics: Input[Metrics],
+    eval_metrics: Input[Metrics],
+) -> str:
+    """Upload the checkpoint to <storage.root>/<run_name>/<iteration>/checkpoint, verify it,
+    log the iteration to MLflow and register it; `champion` moves only on improvement.
+
+    Args:
+        config: the PipelineConfig as JSON.
+        model: the trained checkpoint.
+        iteration: the round.
+        run_name: from `start`.
+        parent_run_id: the MLflow parent run, from `start`.
+        samples: the rollout folder (games.jsonl is logged to MLflow).
+        evaluation: the evaluate folder (plot and transcripts are logged to MLflow).
+        rollout_metrics, train_metrics, eval_metrics: logged to the iteration's child run.
+
+    Returns:
+        The new model version.
+    """
+    from sparring import steps
+    from sparring.pipeline_config import PipelineConfig
+
+    metrics = {**rollout_metrics.metadata, **train_metrics.metadata, **eval_metrics.metadata}
+    artifacts = [f"{samples.path}/games.jsonl", evaluation.path]
+    return steps.register(
+        PipelineConfig.model_validate_json(config), parent_run_id, run_name, iteration,
+        model.path, metrics, artifacts,
+    ).version  # fmt: skip

@@ -1,0 +1,39 @@
+"""KFP components that open and close a pipeline run (see sparring.steps.start / finish)."""
+
+from kfp.dsl import Markdown, Output, OutputPath
+
+
+def start(config: str, job_name: str, run_name: OutputPath(str), parent_run_id: OutputPath(str)):
+    """Check S3 and MLflow, store the config, open the MLflow parent run.
+
+    Args:
+        config: the PipelineConfig as JSON.
+        job_name: the KFP job name (used as the run name unless the config sets one).
+        run_name: the run's folder under storage.root and its MLflow run name.
+        parent_run_id: the MLflow parent run that the iterations log under.
+    """
+    from sparring import steps
+    from sparring.pipeline_config import PipelineConfig
+
+    name, run_id = steps.start(PipelineConfig.model_validate_json(config), job_name)
+    for path, value in ((run_name, name), (parent_run_id, run_id)):
+        with open(path, "w") as f:
+            f.write(value)
+
+
+def finish(config: str, parent_run_id: str, run_name: str, summary: Output[Markdown]):
+    """End the MLflow parent run; write the reward-per-iteration table.
+
+    Args:
+        config: the PipelineConfig as JSON.
+        parent_run_id: from `start`.
+        run_name: from `start`.
+        summary: a Markdown table of every iteration and the champion.
+    """
+    from sparring import steps
+    from sparring.pipeline_config import PipelineConfig
+
+    text = steps.finish(PipelineConfig.model_validate_json(config), parent_run_id, run_name)
+    with open(summary.path, "w") as f:
+        f.write(text)
+    print(text)

@@ -1,0 +1,115 @@
+"""The iterative self-play pipeline: game-init once, then per iteration
+rollout → train → evaluate → register, unrolled at compile time (KFP v2 has no recursion).
+
+    sparring compile --config configs/pipeline-gpu.yaml -o pipelines/selfplay.yaml
+    sparring run                                   # the same pipeline under kfp.local
+
+`build_pipeline(cfg)` bakes the compile-time choices into the graph: the number of iterations,
+the warm start, images, GPUs, node selectors, tolerations, the S3 Secret, /dev/shm, retries,
+caching. At run time the KFP UI exposes `config` (the whole PipelineConfig as JSON),
+`games_per_iteration` and `group_key`. Each iteration's model is the previous train step's
+output; the first is `config.model` (optionally warm-started by SFT). The IR grows by about
+4 KB per iteration: for long campaigns use `pipelines.driver`, one run per block.
+"""
+
+from kfp import dsl, kubernetes
+from sparring.components import make_components
+
+from sparring.pipeline_config import KubernetesSettings, PipelineConfig
+
+S3_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+
+
+def _every_task(task: dsl.PipelineTask, k8s: KubernetesSettings) -> dsl.PipelineTask:
+    """Caching, retries and the S3 credentials Secret (as the standard AWS variables)."""
+    task.set_caching_options(k8s.caching)
+    if k8s.retries:
+        task.set_retry(k8s.retries, backoff_duration="30s")
+    if k8s.s3_secret:
+        kubernetes.use_secret_as_env(task, k8s.s3_secret, {key: key for key in S3_KEYS})
+    return task
+
+
+def _accelerated(task: dsl.PipelineTask, gpus: int, k8s: KubernetesSettings) -> dsl.PipelineTask:
+    """GPU request, node selector, tolerations and a RAM-backed /dev/shm (NCCL, dataloaders)."""
+    if not gpus:
+        return task
+    task.set_accelerator_type(k8s.accelerator_type).set_accelerator_limit(gpus)
+    for key, value in k8s.node_selector.items():
+        kubernetes.add_node_selector(task, key, value)
+    for t in k8s.tolerations:
+        kubernetes.add_toleration(
+            task, key=t.key, operator=t.operator, value=t.value, effect=t.effect
+        )
+    if k8s.shm_size:
+        kubernetes.empty_dir_mount(
+            task, "dshm", "/dev/shm", medium="Memory", size_limit=k8s.shm_size
+        )
+    return task
+
+
+def build_pipeline(cfg: PipelineConfig):
+    """The self-play pipeline function for `cfg` (compile it, run it locally or submit it)."""
+    k8s = cfg.kubernetes
+    c = make_components(k8s)
+
+    def task(component, name: str, gpus: int = 0, **kwargs) -> dsl.PipelineTask:
+        return _accelerated(_every_task(component(**kwargs), k8s), gpus, k8s).set_display_name(name)
+
+    defaults = cfg.model_dump_json()
+
+    @dsl.pipeline(
+        name=cfg.name, description="Self-play GRPO: rollout → train → evaluate → register"
+    )
+    def selfplay_pipeline(
+        config: str = defaults,
+        games_per_iteration: int = cfg.games_per_iteration,
+        group_key: str = cfg.group_key,
+    ):
+        start = task(c.start, "start", config=config, job_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
+        run_name, parent = start.outputs["run_name"], start.outputs["parent_run_id"]
+        inits = task(c.game_init, "game-init", config=config, run_name=run_name).outputs["inits"]
+        model = task(c.initial_model, "initial-model", config=config).outputs["model"]
+        if cfg.warm_start:
+            warm = task(
+                c.warm_start, "warm-start", k8s.train_gpus, config=config, base=model, inits=inits
+            )
+            model = warm.outputs["model"]
+        reference, last_register = model, None
+        for i in range(cfg.first_iteration, cfg.first_iteration + cfg.iterations):
+            ro = task(
+                c.rollout, f"rollout-{i}", k8s.rollout_gpus, config=config, model=model,
+                inits=inits, iteration=i, games=games_per_iteration, run_name=run_name,
+            )  # fmt: skip
+            tr = task(
+                c.train, f"train-{i}", k8s.train_gpus, config=config, model=model,
+                reference=reference, samples=ro.outputs["samples"], group_key=group_key,
+            )  # fmt: skip
+            ev = task(
+                c.evaluate, f"evaluate-{i}", k8s.eval_gpus, config=config,
+                model=tr.outputs["trained"], previous=model, inits=inits, iteration=i,
+                run_name=run_name,
+            )  # fmt: skip
+            rg = task(
+                c.register, f"register-{i}", config=config, model=tr.outputs["trained"],
+                iteration=i, run_name=run_name, parent_run_id=parent,
+                samples=ro.outputs["samples"], evaluation=ev.outputs["evaluation"],
+                rollout_metrics=ro.outputs["metrics"], train_metrics=tr.outputs["metrics"],
+                eval_metrics=ev.outputs["metrics"],
+            )  # fmt: skip
+            if last_register is not None:
+                rg.after(last_register)  # champion decisions in iteration order
+            model, last_register = tr.outputs["trained"], rg
+        task(c.finish, "finish", config=config, parent_run_id=parent, run_name=run_name).after(
+            last_register
+        )
+
+    return selfplay_pipeline
+
+
+def compile_pipeline(cfg: PipelineConfig, out: str) -> str:
+    """Compile the pipeline for `cfg` to a YAML file; returns its path."""
+    from kfp import compiler
+
+    compiler.Compiler().compile(build_pipeline(cfg), out)
+    return out

@@ -1,0 +1,176 @@
+"""`sparring run`: the whole self-play pipeline on this machine, under kfp.local.
+
+    sparring run                          # embedded default: tiny model, local S3 + MLflow
+    sparring run --config my.yaml --iterations 3
+
+The pipeline is the same one `sparring compile` writes; `kfp.local.SubprocessRunner` runs
+every task as a subprocess of this Python (no Docker, no cluster; GPU/K8s settings are
+ignored). When the config's storage is S3 with no endpoint configured (neither
+`storage.endpoint_url` nor `AWS_ENDPOINT_URL[_S3]`), a SeaweedFS S3 server is started on
+127.0.0.1 with its data in `<workdir>/s3` and stopped on exit. When no MLflow server is
+configured (neither `tracking.tracking_uri` nor `MLFLOW_TRACKING_URI`), MLflow uses
+`sqlite:///<workdir>/mlflow.db` with artifacts in `<workdir>/mlartifacts`.
+Full task logs go to `<workdir>/<run>/kfp.log`; the terminal shows progress lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+from urllib.parse import urlparse
+
+from sparring.pipeline_config import PipelineConfig
+
+# kfp.local lines worth showing (the rest, e.g. each task's executor input, go to the log).
+_PROGRESS = re.compile(r"\[sparring\]|Executing task|finished with status|Error|error:")
+
+
+class LocalRun(NamedTuple):
+    """What a local pipeline run produced."""
+
+    run_name: str
+    parent_run_id: str
+    rows: list[dict[str, Any]]  # per iteration, see sparring.steps.summary_rows
+    champion: Any  # the champion ModelVersion, or None
+    tracking_uri: str
+    storage_root: str
+    s3_data_dir: Path | None  # where the local S3 server kept its data, if one was started
+    log: Path
+    seconds: float
+
+
+class _Progress(io.TextIOBase):
+    """A stdout that copies everything to a log file and echoes only progress lines."""
+
+    def __init__(self, log: io.TextIOBase, echo: io.TextIOBase, verbose: bool) -> None:
+        self.log, self.echo, self.verbose, self._line = log, echo, verbose, ""
+
+    def write(self, text: str) -> int:
+        self.log.write(text)
+        self._line += text
+        *lines, self._line = self._line.split("\n")
+        for line in lines:
+            if self.verbose or _PROGRESS.search(line):
+                self.echo.write(line.strip() + "\n")
+                self.echo.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        self.log.flush()
+
+
+@contextlib.contextmanager
+def _env(values: dict[str, str]) -> Iterator[None]:
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
+def local_services(
+    cfg: PipelineConfig, workdir: Path
+) -> Iterator[tuple[PipelineConfig, Path | None]]:
+    """Start what `cfg` needs but does not configure (S3, MLflow); yield the completed config
+    and the local S3 data folder (None if S3 or file storage is configured elsewhere)."""
+    from sparring.s3server import S3Server
+
+    update: dict[str, Any] = {}
+    if not (cfg.tracking.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")):
+        tracking = cfg.tracking.model_copy(update={
+            "tracking_uri": f"sqlite:///{workdir / 'mlflow.db'}",
+            "artifact_location": (workdir / "mlartifacts").as_uri(),
+        })  # fmt: skip
+        update["tracking"] = tracking
+    endpoint = (
+        cfg.storage.endpoint_url
+        or os.environ.get("AWS_ENDPOINT_URL_S3")
+        or os.environ.get("AWS_ENDPOINT_URL")
+    )
+    if not cfg.storage.root.startswith("s3://") or endpoint:
+        yield cfg.model_copy(update=update), None
+        return
+    data = workdir / "s3"
+    with S3Server(data, buckets=[urlparse(cfg.storage.root).netloc]) as s3, _env(s3.env()):
+        print(f"[sparring] local S3 (SeaweedFS) at {s3.endpoint_url}, data in {data}")
+        yield cfg.model_copy(update=update), data
+
+
+def run_local(cfg: PipelineConfig, workdir: str | Path = "runs", verbose: bool = False) -> LocalRun:
+    """Run the pipeline for `cfg` under kfp.local; see the module docstring."""
+    from kfp import local
+
+    from sparring import steps
+    from sparring.pipelines.selfplay import build_pipeline
+    from sparring.tracking import champion, connect
+
+    t0 = time.perf_counter()
+    workdir = Path(workdir).resolve()
+    run_name = cfg.run_name or f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    (workdir / run_name).mkdir(parents=True, exist_ok=True)
+    log_path = workdir / run_name / "kfp.log"
+    with local_services(cfg.model_copy(update={"run_name": run_name}), workdir) as (cfg, s3_dir):
+        local.init(
+            runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(workdir / "kfp")
+        )
+        with (
+            log_path.open("w") as log,
+            contextlib.redirect_stdout(_Progress(log, sys.stdout, verbose)),
+        ):
+            try:
+                build_pipeline(cfg)()
+            except RuntimeError as e:
+                raise RuntimeError(
+                    f"{e}\n--- last log lines ({log_path}) ---\n{_tail(log_path)}"
+                ) from e
+        client = connect(cfg.tracking)
+        experiment = client.get_experiment_by_name(cfg.tracking.experiment)
+        parent = client.search_runs(
+            [experiment.experiment_id], f"tags.mlflow.runName = '{run_name}'", max_results=1
+        )[0]
+        rows = steps.summary_rows(cfg, parent.info.run_id, client)
+        return LocalRun(
+            run_name, parent.info.run_id, rows, champion(cfg.registered_model, client),
+            cfg.tracking.resolved_uri(), f"{cfg.storage.root.rstrip('/')}/{run_name}", s3_dir,
+            log_path, time.perf_counter() - t0,
+        )  # fmt: skip
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def format_summary(result: LocalRun, champion_metric: str) -> str:
+    """The table `sparring run` prints at the end."""
+    lines = [
+        f"run {result.run_name}: {len(result.rows)} iterations in {result.seconds:.0f} s",
+        f"{'iter':>4}  {'rollout reward':>14}  {champion_metric:>36}  {'version':>7}  checkpoint",
+    ]
+    for r in result.rows:
+        lines.append(
+            f"{r['iteration']:>4}  {r['rollout']:>14.3f}  {r['score']:>36.3f}  "
+            f"{r['version']:>7}  {r['checkpoint']}"
+        )
+    champ = result.champion
+    lines += [
+        f"champion: v{champ.version} ({champ.source})" if champ else "champion: none",
+        f"artifacts: {result.storage_root}/"
+        + (f"  (local S3 data in {result.s3_data_dir})" if result.s3_data_dir else ""),
+        f"task logs: {result.log}",
+        f"MLflow UI: mlflow ui --backend-store-uri {result.tracking_uri}  "
+        f"(then open http://127.0.0.1:5000, parent run {result.parent_run_id})",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,147 @@
+"""The one config of the iterative self-play pipeline (`sparring run|compile|submit`).
+
+    sparring run                                  # the embedded default, configs/pipeline.yaml
+    sparring run --config configs/pipeline.yaml --iterations 3
+    sparring compile --config configs/pipeline-gpu.yaml -o pipeline.yaml
+
+Game and game parameters are set once at the top and copied into the game-init, rollout and
+eval sub-configs (which are the library's own configs). Storage layout:
+`<storage.root>/<run>/<iteration>/{rollout,checkpoint,eval}` and `<storage.root>/<run>/inits`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from sparring import __version__
+from sparring.evaluate import EvalConfig
+from sparring.game_init import GameInitConfig
+from sparring.rollout import RolloutConfig
+from sparring.storage import StorageConfig
+from sparring.tracking import TrackingConfig
+from sparring.train import TrainConfig
+
+# The runtime images, as images/build.sh tags them: <repository>:<version>-cpu|-gpu.
+IMAGE_REPOSITORY = "ghcr.io/sparring/sparring"
+IMAGE = f"{IMAGE_REPOSITORY}:{__version__}-cpu"
+GPU_IMAGE = f"{IMAGE_REPOSITORY}:{__version__}-gpu"
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+DEFAULT_CONFIG = CONFIG_DIR / "pipeline.yaml"
+GROUP_KEYS = ("game", "init", "role", "country", "country_phase", "batch")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class WarmStart(_Strict):
+    """Supervised warm start of the initial model on scripted self-play (before iteration 0)."""
+
+    agent: str = "matching-scripted"  # scripted agent that plays every seat
+    num_states: int = Field(32, ge=1)  # train initial states it plays (once each)
+    train: TrainConfig = Field(default_factory=TrainConfig)  # SFT settings (loss, lr, epochs)
+
+
+class StorageSettings(_Strict):
+    """Where checkpoints and datasets go. Credentials come from the AWS env (a K8s Secret)."""
+
+    root: str = "s3://sparring/runs"  # s3://bucket/prefix, or file:///abs/path / a local path
+    endpoint_url: str | None = None  # S3 endpoint; None = $AWS_ENDPOINT_URL_S3 / AWS itself
+    region: str = "us-east-1"
+
+    def client_config(self) -> StorageConfig:
+        """The storage layer's config: env credentials plus the endpoint set here."""
+        overrides = {"endpoint_url": self.endpoint_url} if self.endpoint_url else {}
+        return StorageConfig.from_env(region=self.region, **overrides)
+
+
+class Toleration(_Strict):
+    """A Kubernetes toleration (see `kubectl explain pod.spec.tolerations`)."""
+
+    key: str | None = None
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+
+
+class KubernetesSettings(_Strict):
+    """How the tasks run on the cluster; all of it is ignored by `sparring run` (kfp.local)."""
+
+    image: str = IMAGE  # image of every task (CPU)
+    gpu_image: str = GPU_IMAGE  # image of tasks that request an accelerator
+    accelerator_type: str = "nvidia.com/gpu"  # resource name of the accelerator
+    rollout_gpus: int = Field(0, ge=0)  # accelerators per rollout task (0 = CPU)
+    train_gpus: int = Field(0, ge=0)  # accelerators per train (and warm-start) task
+    eval_gpus: int = Field(0, ge=0)  # accelerators per evaluate task
+    node_selector: dict[str, str] = Field(default_factory=dict)  # for accelerator tasks
+    tolerations: list[Toleration] = Field(default_factory=list)  # for accelerator tasks
+    s3_secret: str | None = "sparring-s3"  # Secret with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY
+    shm_size: str | None = "8Gi"  # /dev/shm emptyDir (medium Memory) on GPU tasks; None = off
+    retries: int = Field(0, ge=0)  # retries per task (S3/MLflow hiccups, preemption)
+    caching: bool = False  # KFP step caching; off so that every run trains anew
+
+
+class PipelineConfig(_Strict):
+    """Everything one self-play pipeline run needs (see configs/pipeline.yaml)."""
+
+    name: str = "sparring-selfplay"  # KFP pipeline name
+    run_name: str | None = None  # storage folder and MLflow parent run; None = the KFP job name
+    game: str = "matching"  # registered game, copied into every sub-config
+    game_params: dict[str, Any] = Field(default_factory=dict)  # rule parameters, e.g. {k: 4}
+    model: str = "tiny"  # initial model: "tiny", a hub name, a path, s3://… or models:/name@alias
+    warm_start: WarmStart | None = None  # SFT on scripted games before iteration 0; None = off
+    iterations: int = Field(2, ge=1)  # rollout→train→evaluate→register rounds (unrolled)
+    first_iteration: int = Field(0, ge=0)  # index of the first round (the campaign driver sets it)
+    games_per_iteration: int = Field(64, ge=1)  # self-play games per rollout
+    group_key: str = "init"  # GRPO group key: game, init, role, country, country_phase, batch
+    device: str = "auto"  # cpu, cuda or auto
+    game_init: GameInitConfig = Field(default_factory=GameInitConfig)  # state counts and seed
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)  # iteration i samples with seed+i
+    train: TrainConfig = Field(default_factory=TrainConfig)  # GRPO settings
+    eval: EvalConfig = Field(default_factory=EvalConfig)  # modes, val games, sampling
+    storage: StorageSettings = Field(default_factory=StorageSettings)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)  # MLflow URI + experiment
+    registered_model: str = "sparring-matching"  # MLflow registered model of the checkpoints
+    champion_metric: str = "eval/selfplay/all/normalized_reward"  # higher wins `champion`
+    kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
+
+    @model_validator(mode="after")
+    def _check(self) -> PipelineConfig:
+        for sub in (self.game_init, self.rollout, self.eval):
+            for field in ("game", "game_params"):
+                mine, theirs = getattr(self, field), getattr(sub, field)
+                if field in sub.model_fields_set and theirs != mine:
+                    raise ValueError(
+                        f"{type(sub).__name__}.{field}={theirs!r} differs from the top-level "
+                        f"{field}={mine!r}: set it once, at the top."
+                    )
+                setattr(sub, field, mine)
+        if self.group_key not in GROUP_KEYS:
+            raise ValueError(f"unknown group_key {self.group_key!r}; choose from {GROUP_KEYS}")
+        if self.games_per_iteration % self.rollout.games_per_init:
+            raise ValueError(
+                f"games_per_iteration ({self.games_per_iteration}) must be a multiple of "
+                f"rollout.games_per_init ({self.rollout.games_per_init})"
+            )
+        if self.game_init.num_train < 1 or self.game_init.num_val < 1:
+            raise ValueError("game_init.num_train and game_init.num_val must both be >= 1")
+        if "champion_metric" in self.model_fields_set and not self.champion_metric.startswith(
+            "eval/"
+        ):
+            raise ValueError(f"champion_metric {self.champion_metric!r} must be an eval/* metric")
+        return self
+
+    @property
+    def states_per_iteration(self) -> int:
+        """Initial states one rollout plays (each `rollout.games_per_init` times)."""
+        return self.games_per_iteration // self.rollout.games_per_init
+
+    @classmethod
+    def from_yaml(cls, path: str | Path | None = None) -> PipelineConfig:
+        """The config in `path`; the embedded default (configs/pipeline.yaml) if None."""
+        return cls.model_validate(yaml.safe_load(Path(path or DEFAULT_CONFIG).read_text()) or {})

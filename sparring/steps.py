@@ -1,0 +1,334 @@
+"""The pipeline's steps as plain functions over a `PipelineConfig`.
+
+Each KFP component in components/ parses its typed inputs, calls ONE of these, and writes its
+outputs; tests call them directly, without KFP. The spine, per iteration i:
+
+    start         check S3 and MLflow answer, store config.yaml, open the MLflow parent run
+    game_init     train/val initial states                 -> <root>/<run>/inits
+    initial_model the tiny model or the configured ref (hub name, path, s3://, models:/)
+    warm_start    SFT on scripted self-play (optional)
+    rollout       self-play games + samples                -> <root>/<run>/<i>/rollout
+    train         GRPO on the samples                      -> a HF checkpoint
+    evaluate      val games: selfplay / vs previous / vs scripted -> <root>/<run>/<i>/eval
+    register      upload + verify the checkpoint           -> <root>/<run>/<i>/checkpoint,
+                  log the iteration to MLflow, register a model version (`champion` if better)
+    finish        end the parent run; summary of every iteration
+
+Every step reports the seconds of its own compute (`perf/*_seconds`) so that the pipeline
+benchmark can tell compute from overhead.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import yaml
+
+from sparring import storage
+from sparring.pipeline_config import PipelineConfig
+
+# Compute-time metrics the steps report; the rest of the wall time is pipeline overhead.
+COMPUTE_METRICS = ("perf/rollout_seconds", "perf/train_seconds", "perf/eval_seconds")
+
+
+def log(message: str) -> None:
+    """A progress line (`sparring run` shows lines with this prefix)."""
+    print(f"[sparring] {message}", flush=True)
+
+
+def _upload(cfg: PipelineConfig, local_dir: str | Path, uri: str) -> str:
+    storage.upload_dir(local_dir, uri, cfg.storage.client_config())
+    log(f"uploaded {uri}")
+    return uri
+
+
+def _uri(cfg: PipelineConfig, run_name: str, *parts: int | str) -> str:
+    """`<storage.root>/<run>/<parts…>`, e.g. `s3://sparring/runs/r1/0/checkpoint`."""
+    return "/".join([cfg.storage.root.rstrip("/"), run_name, *map(str, parts)])
+
+
+# -- start / game-init / initial model ---------------------------------------------------------
+
+
+def start(cfg: PipelineConfig, job_name: str) -> tuple[str, str]:
+    """Store the config under `<root>/<run>/config` (which checks S3) and open the MLflow
+    parent run (which checks MLflow). Returns (run name, parent run id)."""
+    from sparring.tracking import PipelineRun
+
+    run_name = cfg.run_name or job_name
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+        _upload(cfg, tmp, _uri(cfg, run_name, "config"))
+    run = PipelineRun.start(cfg.tracking, run_name, params=cfg.model_dump(mode="json"))
+    log(f"MLflow parent run {run.run_id} in experiment {cfg.tracking.experiment!r}")
+    return run_name, run.run_id
+
+
+def game_init(cfg: PipelineConfig, out_dir: str | Path, run_name: str) -> dict[str, Path]:
+    """Write train.parquet and val.parquet into `out_dir` and upload them."""
+    from sparring.game_init import write_inits
+
+    paths = write_inits(cfg.game_init, out_dir, progress=False)
+    _upload(cfg, out_dir, _uri(cfg, run_name, "inits"))
+    return paths
+
+
+def initial_model(cfg: PipelineConfig, out_dir: str | Path) -> Path:
+    """Materialize `cfg.model` as a HF checkpoint folder at `out_dir`."""
+    out = Path(out_dir)
+    if cfg.model == "tiny":
+        from sparring.tiny_model import init_tiny
+
+        return init_tiny(out)
+    from sparring.models import resolve_model
+
+    local = resolve_model(cfg.model)
+    if Path(local).is_dir():
+        shutil.copytree(local, out, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".complete"))
+    else:  # a hub name: fetch the snapshot once, so every task loads the same files
+        from huggingface_hub import snapshot_download
+
+        snapshot_download(local, local_dir=out)
+    return out
+
+
+def warm_start(
+    cfg: PipelineConfig, model_dir: str, train_inits: str, out_dir: str | Path
+) -> dict[str, float]:
+    """SFT `model_dir` on scripted self-play of `warm_start.num_states` train states."""
+    from transformers import AutoTokenizer
+
+    from sparring.games import make_game
+    from sparring.rollout import build_policies, load_inits, play, write_outputs
+    from sparring.sft import sft
+
+    ws = cfg.warm_start
+    assert ws is not None, "warm_start is off in this config"
+    seats = [ws.agent] * make_game(cfg.game, **cfg.game_params).num_seats
+    rcfg = cfg.rollout.model_copy(update={"seats": seats, "games_per_init": 1})
+    result = play(
+        load_inits(train_inits, ws.num_states),
+        build_policies(None, seats),
+        rcfg,
+        progress=False,
+        scripted_tokenizer=AutoTokenizer.from_pretrained(model_dir),
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        samples = write_outputs(result, tmp)["samples"]
+        stats = sft(model_dir, [samples], out_dir, ws.train)
+    return _stats_dict(stats)
+
+
+# -- one iteration -----------------------------------------------------------------------------
+
+
+def rollout(
+    cfg: PipelineConfig,
+    model_dir: str,
+    train_inits: str,
+    iteration: int,
+    games: int,
+    out_dir: str | Path,
+    run_name: str,
+) -> dict[str, float]:
+    """Play `games` self-play games (train states, rotating per iteration) and upload them."""
+    from sparring.rollout import build_policies, load_inits, play, write_outputs
+
+    inits = load_inits(train_inits)
+    n = games // cfg.rollout.games_per_init
+    chosen = [inits[(iteration * n + j) % len(inits)] for j in range(n)]
+    sampling = cfg.rollout.sampling
+    seed = None if sampling.seed is None else sampling.seed + iteration
+    rcfg = cfg.rollout.model_copy(update={"sampling": sampling.model_copy(update={"seed": seed})})
+    policies = build_policies(model_dir, rcfg.seats, cfg.device, rcfg.max_batch_size)
+    result = play(chosen, policies, rcfg, progress=False)
+    paths = write_outputs(result, out_dir)
+    _upload(cfg, out_dir, _uri(cfg, run_name, iteration, "rollout"))
+    stats = json.loads(paths["stats"].read_text())
+    log(f"iteration {iteration}: rollout reward {stats['rollout/normalized_reward']:.3f}")
+    return stats
+
+
+def train(
+    cfg: PipelineConfig,
+    model_dir: str,
+    samples: str,
+    out_dir: str | Path,
+    group_key: str,
+    ref_model_dir: str | None = None,
+) -> dict[str, float]:
+    """GRPO on one rollout's samples; a HF checkpoint in `out_dir`."""
+    from sparring.train import train as grpo_train
+
+    tcfg = cfg.train.model_copy(update={"group_key": group_key})
+    return _stats_dict(grpo_train(model_dir, [samples], out_dir, tcfg, ref_model_dir))
+
+
+def _stats_dict(stats: Any) -> dict[str, float]:
+    if hasattr(stats, "metrics"):
+        stats = stats.metrics() if callable(stats.metrics) else stats.metrics
+    elif hasattr(stats, "_asdict"):
+        stats = stats._asdict()
+    return {k: float(v) for k, v in dict(stats).items() if isinstance(v, int | float)}
+
+
+def evaluate(
+    cfg: PipelineConfig,
+    model_dir: str,
+    previous_dir: str | None,
+    val_inits: str,
+    out_dir: str | Path,
+    run_name: str,
+    iteration: int,
+) -> tuple[dict[str, float], str]:
+    """Evaluate on val states; write metrics.json, rewards.png, transcripts.json, upload them.
+    Returns (metrics, an HTML report with the plot inline and a few transcripts)."""
+    from sparring.evaluate import evaluate as run_eval
+    from sparring.evaluate import write_eval
+    from sparring.generation.hf import HFBackend
+
+    batch = cfg.eval.max_batch_size
+    policy = HFBackend(model_dir, device=cfg.device, max_batch_size=batch)
+    previous = (
+        HFBackend(previous_dir, device=cfg.device, max_batch_size=batch) if previous_dir else None
+    )
+    t0 = time.perf_counter()
+    metrics, episodes = run_eval(policy, val_inits, cfg.eval, previous, progress=False)
+    metrics["perf/eval_seconds"] = time.perf_counter() - t0
+    paths = write_eval(metrics, episodes, out_dir)
+    _upload(cfg, out_dir, _uri(cfg, run_name, iteration, "eval"))
+    log(f"iteration {iteration}: {cfg.champion_metric} = {metrics.get(cfg.champion_metric, 0):.3f}")
+    return metrics, eval_report(metrics, paths["plot"], paths["transcripts"], iteration)
+
+
+def eval_report(
+    metrics: dict[str, float], plot: Path, transcripts: Path, iteration: int, turns: int = 8
+) -> str:
+    """A self-contained HTML page: the reward plot (inline PNG), the reward table and the
+    first turns of one sample game per mode."""
+    png = base64.b64encode(plot.read_bytes()).decode()
+    rows = "".join(
+        f"<tr><td>{html.escape(k)}</td><td>{v:.3f}</td></tr>"
+        for k, v in sorted(metrics.items())
+        if k.endswith("normalized_reward")
+    )
+    games = []
+    for mode, eps in json.loads(transcripts.read_text()).items():
+        for ep in eps[:1]:
+            lines = "\n".join(
+                f"[seat {t['seat']}] {t.get('text', '')}" for t in ep["transcript"][:turns]
+            )
+            games.append(
+                f"<h3>{html.escape(mode)}: {html.escape(ep['game_id'])} rewards {ep['rewards']}</h3>"
+                f"<pre>{html.escape(lines)}</pre>"
+            )
+    return (
+        f"<html><body><h2>Iteration {iteration}: evaluation</h2>"
+        f'<img src="data:image/png;base64,{png}"/>'
+        f"<table border=1><tr><th>metric</th><th>value</th></tr>{rows}</table>"
+        f"{''.join(games)}</body></html>"
+    )
+
+
+class Registered(NamedTuple):
+    """What `register` did."""
+
+    checkpoint_uri: str  # the verified checkpoint
+    version: str  # its model version
+    champion_version: str  # where `champion` points afterwards
+
+
+def register(
+    cfg: PipelineConfig,
+    parent_run_id: str,
+    run_name: str,
+    iteration: int,
+    model_dir: str,
+    metrics: dict[str, float],
+    artifacts: list[str | Path] = (),  # type: ignore[assignment]
+) -> Registered:
+    """Upload + verify the checkpoint, log the iteration's metrics and artifacts to its MLflow
+    child run, and register the checkpoint (scored by `cfg.champion_metric`).
+
+    The upload comes first: if S3 fails, nothing is logged or registered.
+    """
+    from sparring.tracking import PipelineRun, register_checkpoint
+
+    uri = _upload(cfg, model_dir, _uri(cfg, run_name, iteration, "checkpoint"))
+    run = PipelineRun.attach(parent_run_id, cfg.tracking)
+    run.log_metrics(iteration, metrics)
+    for path in artifacts:
+        run.log_artifact(path, iteration)
+    evals = {k: v for k, v in metrics.items() if k.startswith("eval/")}
+    if cfg.champion_metric not in evals:
+        raise KeyError(
+            f"champion_metric {cfg.champion_metric!r} not in eval metrics {sorted(evals)}"
+        )
+    reg = register_checkpoint(
+        cfg.registered_model, uri, run.iteration_run(iteration), iteration, evals,
+        evals[cfg.champion_metric], client=run.client, storage_config=cfg.storage.client_config(),
+    )  # fmt: skip
+    run.finish()  # ends the child run; the parent stays open until `finish`
+    log(
+        f"iteration {iteration}: registered {cfg.registered_model} v{reg.version} "
+        f"(champion: v{reg.champion_version})"
+    )
+    return Registered(uri, reg.version, reg.champion_version)
+
+
+# -- end of the pipeline -----------------------------------------------------------------------
+
+
+def finish(cfg: PipelineConfig, parent_run_id: str, run_name: str) -> str:
+    """End the parent run (unless KFP owns it) and return a Markdown summary of the run."""
+    from sparring.tracking import champion, connect
+
+    client = connect(cfg.tracking)
+    rows = summary_rows(cfg, parent_run_id, client)
+    champ = champion(cfg.registered_model, client)
+    kfp_owns = os.environ.get("MLFLOW_RUN_ID") == parent_run_id  # KFP's MLflow plugin ends it
+    if client.get_run(parent_run_id).info.status == "RUNNING" and not kfp_owns:
+        client.set_terminated(parent_run_id)
+    table = "\n".join(
+        f"| {r['iteration']} | {r['rollout']:.3f} | {r['score']:.3f} | {r['version']} |"
+        for r in rows
+    )
+    return (
+        f"## {run_name}\n\n| iteration | rollout reward | {cfg.champion_metric} | version |\n"
+        f"|---|---|---|---|\n{table}\n\n"
+        f"champion: `models:/{cfg.registered_model}@champion` = v{champ.version if champ else '-'} "
+        f"({champ.source if champ else 'none'})\n"
+    )
+
+
+def summary_rows(cfg: PipelineConfig, parent_run_id: str, client: Any) -> list[dict[str, Any]]:
+    """Per iteration of the parent run: rollout reward, champion metric, model version, URI."""
+    from sparring.tracking import ITERATION_TAG
+
+    parent = client.get_run(parent_run_id)
+    children = client.search_runs(
+        [parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent_run_id}'"
+    )
+    versions = {
+        v.run_id: v for v in client.search_model_versions(f"name = '{cfg.registered_model}'")
+    }
+    rows = []
+    for child in children:
+        m, version = child.data.metrics, versions.get(child.info.run_id)
+        rows.append({
+            "iteration": int(child.data.tags[ITERATION_TAG]),
+            "rollout": m.get("rollout/normalized_reward", float("nan")),
+            "score": m.get(cfg.champion_metric, float("nan")),
+            "version": version.version if version else "-",
+            "checkpoint": version.source if version else "-",
+            "compute_seconds": sum(m.get(k, 0.0) for k in COMPUTE_METRICS),
+        })  # fmt: skip
+    return sorted(rows, key=lambda r: r["iteration"])
