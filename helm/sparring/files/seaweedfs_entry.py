@@ -88,7 +88,10 @@ def main(env: dict[str, str] | None = None) -> int:
     config.chmod(0o600)
     port = int(env.get("S3_PORT", "8333"))
     weed = shutil.which("weed") or str(Path(sys.executable).parent / "weed")
-    proc = subprocess.Popen(command(weed, data_dir, config, port, env.get("BIND_IP", "0.0.0.0")))
+    # weed logs to stderr so that stdout carries only this script's own status lines
+    proc = subprocess.Popen(
+        command(weed, data_dir, config, port, env.get("BIND_IP", "0.0.0.0")), stdout=sys.stderr
+    )
     signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
     try:
         ensure_bucket(

@@ -33,7 +33,7 @@ def check_s3(bucket: str, prefix: str) -> str:
     """Write, read back and delete one object under the prefix."""
     import boto3
 
-    s3 = boto3.client("s3")
+    s3 = boto3.session.Session().client("s3")  # fresh: reads the environment now
     key = f"{prefix.strip('/')}/.helm-test/{uuid.uuid4().hex}"
     try:
         s3.put_object(Bucket=bucket, Key=key, Body=b"sparring")

@@ -134,10 +134,6 @@ credentials come from the ServiceAccount, the keys from the S3 Secret.
 - name: MLFLOW_S3_ENDPOINT_URL
   value: {{ . | quote }}
 {{- end }}
-{{- if eq (include "sparring.s3PathStyle" .) "true" }}
-- name: AWS_S3_ADDRESSING_STYLE
-  value: path
-{{- end }}
 {{- with include "sparring.s3SecretName" . }}
 - name: AWS_ACCESS_KEY_ID
   valueFrom:
@@ -200,41 +196,44 @@ sparring.validate: fail on value combinations the schema cannot express, naming 
 {{- else if not .Values.mlflow.externalUrl }}
 {{- fail "mlflow.enabled=false needs mlflow.externalUrl (the tracking server pipeline runs log to)" }}
 {{- end }}
+{{- range $key := list "name" "registered_model" "storage" "tracking" "kubernetes" }}
+{{- if hasKey $.Values.pipeline.config $key }}
+{{- fail (printf "pipeline.config.%s is set by the chart (from s3.*, mlflow.*, image.*, pipeline.gpu/name/experiment/registeredModel); remove it from pipeline.config" $key) }}
+{{- end }}
+{{- end }}
+{{- if and (ne $c.mode "serviceAccount") (or (ne $c.accessKeyIdKey "AWS_ACCESS_KEY_ID") (ne $c.secretAccessKeyKey "AWS_SECRET_ACCESS_KEY")) }}
+{{- fail "pipeline tasks read the S3 Secret's keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (use_secret_as_env); keep s3.credentials.accessKeyIdKey/secretAccessKeyKey at those names" }}
+{{- end }}
 {{- if and .Values.pipeline.register.recurringRun.enabled (not .Values.pipeline.register.enabled) }}
 {{- fail "pipeline.register.recurringRun.enabled needs pipeline.register.enabled (the Job that creates it)" }}
 {{- end }}
 {{- end }}
 
 {{/*
-sparring.pipelineConfig: the pipeline config that `sparring compile --config` reads, as YAML.
-Images, GPU resources, placement, the S3 Secret and MLflow come from these values only.
+sparring.pipelineConfig: the PipelineConfig (sparring/pipeline_config.py) that
+`sparring compile --config` reads, as YAML: pipeline.config passed through, plus the storage,
+tracking, images and GPU placement this chart owns.
 */}}
 {{- define "sparring.pipelineConfig" -}}
 {{- $p := .Values.pipeline }}
-{{- $gpuImage := ternary (include "sparring.image" (dict "ctx" . "flavor" "gpu")) (include "sparring.image" (dict "ctx" . "flavor" "cpu")) $p.useGpuImage }}
-{{- $cfg := dict
-  "name" $p.name
-  "parameters" $p.parameters
-  "images" (dict "cpu" (include "sparring.image" (dict "ctx" . "flavor" "cpu")) "gpu" $gpuImage)
-  "kubernetes" (dict
-    "gpu" (dict "accelerator" $p.gpu.accelerator "count" (int $p.gpu.count) "cpu" (toString $p.gpu.cpu) "memory" (toString $p.gpu.memory) "shm_size" (toString $p.gpu.shmSize) "node_selector" $p.gpu.nodeSelector "tolerations" $p.gpu.tolerations)
-    "node_selector" $p.nodeSelector
-    "tolerations" $p.tolerations
-    "s3_secret" (include "sparring.s3SecretName" . | default nil)
-    "s3_secret_keys" (dict "access_key_id" .Values.s3.credentials.accessKeyIdKey "secret_access_key" .Values.s3.credentials.secretAccessKeyKey)
-    "service_account" (include "sparring.serviceAccountName" .)
-    "image_pull_secrets" .Values.image.pullSecrets
-    "retries" (int $p.retries)
-    "caching" $p.caching)
-  "storage" (dict
-    "uri" (include "sparring.s3Uri" (dict "ctx" . "sub" "runs"))
-    "endpoint_url" (include "sparring.s3Endpoint" . | default nil)
-    "region" .Values.s3.region
-    "path_style" (eq (include "sparring.s3PathStyle" .) "true"))
-  "tracking" (dict
-    "tracking_uri" (include "sparring.mlflowUrl" .)
-    "experiment" $p.name
-    "registered_model" $p.registeredModel)
-}}
-{{- toYaml $cfg }}
+{{- $k8s := dict
+  "image" (include "sparring.image" (dict "ctx" . "flavor" "cpu"))
+  "gpu_image" (include "sparring.image" (dict "ctx" . "flavor" "gpu"))
+  "accelerator_type" $p.gpu.accelerator
+  "rollout_gpus" (int $p.gpu.rollout)
+  "train_gpus" (int $p.gpu.train)
+  "eval_gpus" (int $p.gpu.eval)
+  "node_selector" $p.gpu.nodeSelector
+  "tolerations" $p.gpu.tolerations
+  "s3_secret" (include "sparring.s3SecretName" . | default nil)
+  "shm_size" ($p.gpu.shmSize | default nil)
+  "retries" (int $p.retries)
+  "caching" $p.caching }}
+{{- $storage := dict
+  "root" (include "sparring.s3Uri" (dict "ctx" . "sub" "runs"))
+  "endpoint_url" (include "sparring.s3Endpoint" . | default nil)
+  "region" .Values.s3.region }}
+{{- $tracking := dict "tracking_uri" (include "sparring.mlflowUrl" .) "experiment" $p.experiment }}
+{{- $owned := dict "name" $p.name "registered_model" $p.registeredModel "storage" $storage "tracking" $tracking "kubernetes" $k8s }}
+{{- toYaml (merge (deepCopy $owned) (deepCopy $p.config)) }}
 {{- end }}
