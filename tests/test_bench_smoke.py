@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -21,3 +23,11 @@ def test_rollout_bench(tiny_model_dir):
     )
     name, value = last.split()[1:]
     assert last.startswith("RESULT rollout_speedup") and float(value) > 0
+
+
+def test_diplomacy_rollout_bench(tiny_model_dir):
+    pytest.importorskip("diplomacy")
+    last = run_bench("diplomacy_rollout.py", "--games", "2", "--horizon", "1", "--no-press",
+                     "--max-new-tokens", "4", "--model", str(tiny_model_dir))  # fmt: skip
+    name, value = last.split()[1:]
+    assert name == "diplomacy_speedup" and float(value) > 0

@@ -1,0 +1,72 @@
+"""Diplomacy: batched rollout of many games vs the same games played one at a time.
+
+    .venv/bin/python bench/diplomacy_rollout.py              # 16 games, 1 year, with press
+    .venv/bin/python bench/diplomacy_rollout.py --games 2 --horizon 1 --max-new-tokens 8  # smoke
+
+Both ways use `sparring.rollout.play` with the same backend, seeded scenarios and sampling.
+Batched: all games at once, so each step's generate call holds every pending power of every
+game (up to 7 x games prompts). Game-by-game: `play` on one game at a time, so a call holds
+only that game's powers (up to 7). A decision is one power's reply (a press or an orders
+turn). Prints decisions/s both ways, then `RESULT diplomacy_speedup <batched / game-by-game>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+
+from sparring.game_init import GameInitConfig, generate_inits
+from sparring.generation.base import SamplingParams
+from sparring.generation.hf import HFBackend
+from sparring.rollout import RolloutConfig, RolloutResult, play
+from sparring.tiny_model import init_tiny
+
+
+def report(label: str, results: list[RolloutResult], backend: HFBackend) -> float:
+    """Print one way's figures; return its decisions per second."""
+    seconds = sum(r.seconds for r in results)
+    decisions = sum(len(e.transcript) for r in results for e in r.episodes)
+    calls = sum(r.generate_calls for r in results)
+    truncated = sum(e.truncated for r in results for e in r.episodes)
+    print(f"{label:13s} {seconds:7.1f} s  {decisions} decisions  {decisions / seconds:6.2f} "
+          f"decisions/s  {calls} generate calls  {truncated} truncated  forward share "
+          f"{backend.forward_seconds / seconds:.2f}")  # fmt: skip
+    return decisions / seconds
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--games", type=int, default=16, help="seeded scenarios, played each way")
+    ap.add_argument("--horizon", type=int, default=2, help="movement phases per game")
+    ap.add_argument("--no-press", dest="press", action="store_false", help="skip press rounds")
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--model", help="checkpoint (default: a fresh tiny model)")
+    args = ap.parse_args()
+
+    model = args.model or str(init_tiny(tempfile.mkdtemp(prefix="sparring-tiny-")))
+    params = {"horizon": args.horizon, "press": args.press}
+    df = generate_inits(
+        GameInitConfig(game="diplomacy", game_params=params, num_train=args.games, num_val=0),
+        progress=False,
+    )
+    inits = [(r.init_id, json.loads(r.state)) for r in df.itertuples()]
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens, seed=0)
+    cfg = RolloutConfig(game="diplomacy", game_params=params, games_per_init=1, sampling=sampling)
+    backend = HFBackend(model, device="cpu", max_batch_size=7 * args.games)
+    print(f"{args.games} games, horizon {args.horizon}, press {args.press}, "
+          f"{args.max_new_tokens} new tokens per decision")  # fmt: skip
+
+    play(inits[:1], {"policy": backend}, cfg, progress=False)  # warm-up (first-call costs)
+    backend.forward_seconds = 0.0
+    batched = report("batched", [play(inits, {"policy": backend}, cfg, progress=False)], backend)
+    backend.forward_seconds = 0.0
+    alone = [play([init], {"policy": backend}, cfg, progress=False) for init in inits]
+    one_by_one = report("game-by-game", alone, backend)
+    print(f"RESULT diplomacy_speedup {batched / one_by_one:.2f}")
+
+
+if __name__ == "__main__":
+    main()
