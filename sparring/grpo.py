@@ -1,0 +1,151 @@
+"""GRPO math on verl's own core algorithms: group keys, advantages, policy and KL losses.
+
+All tensors here are token-aligned "response" tensors of shape (B, T): position t scores the
+prediction of token t+1, and `response_mask` is 1 only on the seat's own generated tokens.
+
+Group keys (`group_index`): `game` (both seats of one game), `init` (every play of the same
+initial state), `role` / `country` (every episode of the same seat), `batch` (one group), or
+any other samples column.
+
+Size-1 groups. verl's `compute_grpo_outcome_advantage` gives a singleton group mean 0 and
+std 1, i.e. advantage = its raw score: with rewards in [0, 1] that pushes up every positive
+reward with no baseline at all. Sparring handles singletons on purpose (`singleton`):
+    "zero"   (default) no learning signal from a sample that has nothing to be compared with
+    "batch"  compare it with the whole batch instead (batch mean, and batch std if normalizing);
+             a batch of one row gets zero
+Losses take verl's `ActorConfig` (`actor_config`), whose `global_batch_info` carries the
+mini-batch's token and sequence counts, so micro-batch losses add up to the mini-batch loss
+exactly as in verl's own gradient accumulation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+from verl.trainer.ppo import core_algos
+from verl.workers.config import ActorConfig
+
+SINGLETON_POLICIES = ("zero", "batch")
+KL_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+LOSS_AGG_MODES = (
+    "token-mean",
+    "token-sum",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+)
+
+
+def group_index(df: pd.DataFrame, key: str) -> np.ndarray:
+    """Group label per row for `key` (`batch` = a single group), as verl's `index` (B,)."""
+    if key == "batch":
+        return np.full(len(df), "batch", dtype=object)
+    if key not in df.columns:
+        raise ValueError(
+            f"group key {key!r} is not a samples column; use 'batch' or one of {sorted(df.columns)}"
+        )
+    return df[key].astype(str).to_numpy(dtype=object)
+
+
+def grpo_advantages(
+    token_rewards: torch.Tensor,  # (B, T)
+    response_mask: torch.Tensor,  # (B, T)
+    index: np.ndarray,  # (B,)
+    norm_by_std: bool = True,
+    singleton: str = "zero",
+) -> torch.Tensor:
+    """Per-token advantages (B, T) from verl's `compute_grpo_outcome_advantage`."""
+    if singleton not in SINGLETON_POLICIES:
+        raise ValueError(
+            f"unknown singleton policy {singleton!r}; choose from {SINGLETON_POLICIES}"
+        )
+    advantages, _ = core_algos.compute_grpo_outcome_advantage(
+        token_level_rewards=token_rewards, response_mask=response_mask, index=index,
+        norm_adv_by_std_in_grpo=norm_by_std,
+    )  # (B, T)  # fmt: skip
+    labels, inverse, counts = np.unique(index.astype(str), return_inverse=True, return_counts=True)
+    lonely = torch.from_numpy(counts[inverse] == 1)  # (B,)
+    if not lonely.any():
+        return advantages
+    if singleton == "batch" and len(index) > 1:
+        whole, _ = core_algos.compute_grpo_outcome_advantage(
+            token_level_rewards=token_rewards, response_mask=response_mask,
+            index=np.full(len(index), "batch", dtype=object), norm_adv_by_std_in_grpo=norm_by_std,
+        )  # (B, T)  # fmt: skip
+        advantages[lonely] = whole[lonely]
+    else:
+        advantages[lonely] = 0.0
+    return advantages
+
+
+def actor_config(clip_ratio: float, clip_ratio_high: float | None, loss_agg_mode: str):
+    """verl's `ActorConfig` holding what its policy loss reads (clip range, aggregation)."""
+    return ActorConfig(
+        strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1, clip_ratio=clip_ratio,
+        clip_ratio_low=clip_ratio, clip_ratio_high=clip_ratio_high or clip_ratio,
+        loss_agg_mode=loss_agg_mode,
+    )  # fmt: skip
+
+
+def set_global_batch(config: ActorConfig, response_mask: torch.Tensor) -> None:
+    """Normalise micro-batch losses by the whole mini-batch (`response_mask` (b, T) of it)."""
+    config.global_batch_info.update(
+        dp_size=1,
+        batch_num_tokens=int(response_mask.sum()),
+        global_batch_size=int((response_mask.sum(-1) > 0).sum()),
+        loss_scale_factor=config.loss_scale_factor or response_mask.shape[-1],
+    )
+
+
+def policy_loss(
+    log_prob: torch.Tensor,  # (B, T)
+    old_log_prob: torch.Tensor,  # (B, T)
+    advantages: torch.Tensor,  # (B, T)
+    response_mask: torch.Tensor,  # (B, T)
+    config: ActorConfig,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """verl's clipped PPO loss ("vanilla" `compute_policy_loss`): (loss, clip/KL diagnostics)."""
+    loss_fn = core_algos.get_policy_loss_fn("vanilla")
+    loss, metrics = loss_fn(
+        old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages,
+        response_mask=response_mask, loss_agg_mode=config.loss_agg_mode, config=config,
+    )  # fmt: skip
+    return loss, {k.removeprefix("actor/"): v for k, v in metrics.items()}
+
+
+def kl_loss(
+    log_prob: torch.Tensor,  # (B, T)
+    ref_log_prob: torch.Tensor,  # (B, T)
+    response_mask: torch.Tensor,  # (B, T)
+    kl_type: str,
+    config: ActorConfig,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """KL(policy || reference) via verl's `kl_penalty` + `agg_loss`: (loss, masked mean KL)."""
+    kl = core_algos.kl_penalty(log_prob, ref_log_prob, kl_penalty=kl_type)  # (B, T)
+    loss = core_algos.agg_loss(kl, response_mask, config.loss_agg_mode, **config.global_batch_info)
+    mean = (kl * response_mask).sum() / response_mask.sum().clamp(min=1)
+    return loss, mean.detach()
+
+
+def advantage_stats(
+    scores: np.ndarray, index: np.ndarray, advantages: np.ndarray, key: str
+) -> dict[str, float]:
+    """Diagnostics for group key `key`: group sizes, zero-variance share, advantage moments.
+
+    `scores` (B,) are the summed rewards, `advantages` (B,) each row's sequence advantage.
+    """
+    df = pd.DataFrame({"g": index.astype(str), "r": scores, "a": advantages})
+    groups = df.groupby("g")
+    sizes, stds = groups.size(), groups.r.std(ddof=0)
+    multi = sizes > 1
+    zero_std = float((stds[multi] < 1e-9).mean()) if multi.any() else 1.0
+    return {
+        f"train/{key}/num_groups": float(len(sizes)),
+        f"train/{key}/mean_group_size": float(sizes.mean()),
+        f"train/{key}/singleton_groups": float((~multi).sum()),
+        f"train/{key}/frac_reward_zero_std": zero_std,
+        f"train/{key}/adv_mean": float(df.a.mean()),
+        f"train/{key}/adv_std": float(df.a.std(ddof=0)),
+        f"train/{key}/adv_abs_max": float(df.a.abs().max()),
+    }

@@ -1,0 +1,60 @@
+"""Supervised warm start: next-token loss on each seat's own replies (`assistant_mask`).
+
+    sparring sft --model runs/tiny --samples runs/scripted/samples.parquet --out runs/sft
+
+The default data is scripted-agent self-play (`sparring rollout --seats
+matching-scripted,matching-scripted --tokenizer <model>`), which teaches a tiny model the
+protocol before RL. It reuses the trainer's data path (`sparring.train`): samples loading,
+collation, log-probs, mini/micro-batching with verl's `agg_loss`, and the checkpoint format.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import AutoTokenizer
+from verl.trainer.ppo import core_algos
+
+from sparring.generation.hf import pick_device
+from sparring.train import (
+    Batch,
+    TrainConfig,
+    TrainStats,
+    collate,
+    load_model,
+    load_samples,
+    optimize,
+    save_checkpoint,
+    schedule,
+    token_log_probs,
+)
+
+
+def sft_loss(model, mb: Batch, rows: list[int], actor_cfg) -> tuple[torch.Tensor, dict]:
+    """Negative log-likelihood of the masked tokens, aggregated over the whole mini-batch."""
+    log_prob, _ = token_log_probs(model, mb)  # (b, T-1)
+    nll = core_algos.agg_loss(-log_prob, mb.response_mask, actor_cfg.loss_agg_mode,
+                              **actor_cfg.global_batch_info)  # fmt: skip
+    mean_nll = -(log_prob.detach() * mb.response_mask).sum() / mb.response_mask.sum()
+    return nll, {"nll": mean_nll}
+
+
+def sft(
+    model_path: str | Path,
+    samples_paths: list[str | Path],
+    out_dir: str | Path,
+    cfg: TrainConfig | None = None,
+) -> TrainStats:
+    """Fine-tune `model_path` on every row of the samples (whatever policy played it, e.g.
+    scripted self-play); saves a HF checkpoint and metrics.json to `out_dir`."""
+    cfg = (cfg or TrainConfig()).model_copy(update={"policy": None})
+    torch.manual_seed(cfg.seed)
+    device = pick_device(cfg.device)
+    df = load_samples(samples_paths, cfg.policy)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    batch = collate(df, tokenizer.pad_token_id, cfg.max_seq_len)
+    model = load_model(model_path, device)
+    metrics = optimize(model, batch, schedule(len(batch), cfg), cfg, device, sft_loss, desc="sft")
+    metrics["train/samples"] = float(len(df))
+    return TrainStats(save_checkpoint(model, tokenizer, out_dir, metrics), metrics)

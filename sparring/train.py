@@ -1,0 +1,393 @@
+"""GRPO training on rollout samples, with verl's advantage and loss functions.
+
+    sparring train --model runs/iter-1/model --samples runs/iter-1/rollout/samples.parquet \
+        --out runs/iter-2/model --group-key init
+
+Steps (numbered as in the code):
+  1. load samples, build right-padded token tensors; the loss covers only `assistant_mask` tokens
+  2. old log-probs with the current weights (no grad, micro-batches)
+  3. reference log-probs when KL is on (the start checkpoint unless another is given)
+  4. advantages: verl's `compute_grpo_outcome_advantage`, `index` = the chosen group key
+  5. `epochs` PPO epochs of AdamW steps over shuffled mini-batches, with gradient
+     accumulation over micro-batches and grad-norm clipping; loss = verl's clipped policy loss
+     (+ kl_coef * KL, - entropy_coef * entropy)
+  6. save a HF checkpoint (safetensors + tokenizer) and metrics.json
+
+Old log-probs of the first mini-batch are taken from its own first forward pass: it runs on the
+start weights, so they are exactly what a separate pass would give (dropout stays off), and the
+on-policy case (one mini-batch, one epoch) needs no extra forward. The data path (`Batch`,
+`collate`, `token_log_probs`, `optimize`, `save_checkpoint`) is shared with `sparring.sft`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+import torch
+from pydantic import BaseModel, Field, model_validator
+from tqdm.auto import tqdm
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from sparring import grpo
+from sparring.generation.hf import pick_device
+from sparring.samples import read_samples
+
+
+class TrainConfig(BaseModel):
+    """Hyperparameters of one GRPO (or SFT) update."""
+
+    group_key: str = "init"  # GRPO group: game, init, role, country, batch, or any samples column
+    norm_adv_by_std: bool = True  # divide by the group std (GRPO); False = Dr. GRPO (centre only)
+    singleton_groups: Literal["zero", "batch"] = "zero"  # size-1 groups: see sparring.grpo
+    lr: float = Field(1e-5, gt=0)  # AdamW learning rate
+    weight_decay: float = Field(0.0, ge=0)  # AdamW decoupled weight decay
+    lr_schedule: Literal["constant", "cosine"] = "constant"  # cosine decays to 0 over the update
+    epochs: int = Field(1, ge=1)  # passes over the batch: PPO epochs (GRPO), data epochs (SFT)
+    mini_batch_size: int = Field(32, ge=1)  # sequences per optimizer step
+    micro_batch_size: int = Field(8, ge=1)  # sequences per forward/backward (grad accumulation)
+    clip_ratio: float = Field(0.2, gt=0, lt=1)  # PPO clip epsilon (lower side)
+    clip_ratio_high: float | None = Field(None, gt=0)  # upper clip epsilon; None = clip_ratio
+    loss_agg_mode: str = "token-mean"  # verl agg_loss mode, one of sparring.grpo.LOSS_AGG_MODES
+    kl_coef: float = Field(0.0, ge=0)  # weight of KL(policy || reference); 0 = no reference
+    kl_type: str = "low_var_kl"  # verl kl_penalty: kl/k1, abs, mse/k2, low_var_kl/k3 (+ suffix ok)
+    entropy_coef: float = Field(0.0, ge=0)  # entropy bonus weight (entropy is logged either way)
+    max_grad_norm: float = Field(1.0, gt=0)  # clip the global grad norm to this
+    max_seq_len: int | None = Field(None, ge=16)  # cut longer rows (their reward token is lost)
+    policy: str | None = "policy"  # GRPO trains rows whose `policy` is this (None = all); SFT all
+    seed: int = 0  # mini-batch shuffling and torch seed
+    device: str = "auto"  # cpu, cuda, cuda:N or auto
+    bf16: bool = True  # bfloat16 autocast on CUDA (ignored on CPU)
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainConfig:
+        if self.micro_batch_size > self.mini_batch_size:
+            raise ValueError(
+                f"micro_batch_size ({self.micro_batch_size}) must be <= mini_batch_size "
+                f"({self.mini_batch_size}); lower micro_batch_size or raise mini_batch_size"
+            )
+        if self.loss_agg_mode not in grpo.LOSS_AGG_MODES:
+            raise ValueError(
+                f"unknown loss_agg_mode {self.loss_agg_mode!r}; choose from {grpo.LOSS_AGG_MODES}"
+            )
+        if self.kl_type.removesuffix("+") not in grpo.KL_TYPES:
+            raise ValueError(f"unknown kl_type {self.kl_type!r}; choose from {grpo.KL_TYPES}")
+        if self.group_key.strip() != self.group_key or not self.group_key:
+            raise ValueError(f"group_key {self.group_key!r} must be a column name or 'batch'")
+        return self
+
+
+@dataclass
+class TrainStats:
+    """Outcome of one update: where the checkpoint is, and its `train/*`, `perf/*` metrics."""
+
+    out_dir: Path
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class NoSignalError(ValueError):
+    """Every advantage is zero: the update would change nothing."""
+
+
+# ---- data path (shared with SFT) -------------------------------------------------------------
+@dataclass
+class Batch:
+    """Right-padded samples. Response tensors are shifted: position t scores token t+1."""
+
+    input_ids: torch.Tensor  # (B, T)
+    attention_mask: torch.Tensor  # (B, T)
+    response_mask: torch.Tensor  # (B, T-1) float, 1 where token t+1 is the seat's own
+    token_rewards: torch.Tensor  # (B, T-1) the seat's reward on its last own token
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def select(self, rows: list[int]) -> Batch:
+        """Rows `rows`, trimmed to their longest sequence."""
+        t = int(self.attention_mask[rows].sum(1).max())
+        return Batch(self.input_ids[rows, :t], self.attention_mask[rows, :t],
+                     self.response_mask[rows, : t - 1], self.token_rewards[rows, : t - 1])  # fmt: skip
+
+    def to(self, device: torch.device) -> Batch:
+        return Batch(self.input_ids.to(device), self.attention_mask.to(device),
+                     self.response_mask.to(device), self.token_rewards.to(device))  # fmt: skip
+
+
+def load_samples(paths: list[str | Path], policy: str | None) -> pd.DataFrame:
+    """Samples parquets concatenated, keeping rows played by `policy` (None = all rows)."""
+    df = read_samples(paths)  # checks the training columns exist
+    if policy is not None and "policy" in df.columns:
+        seen = sorted(df.policy.unique())
+        df = df[df.policy == policy].reset_index(drop=True)
+        if df.empty and seen:
+            raise ValueError(
+                f"no samples played by policy {policy!r} in {paths} (found {seen}); set the "
+                "config's policy to one of those, or to null to train on every row"
+            )
+    if df.empty:
+        raise ValueError(f"the samples in {paths} are empty: nothing to train on")
+    return df
+
+
+def collate(df: pd.DataFrame, pad_id: int | None, max_len: int | None = None) -> Batch:
+    """Right-pad `input_ids`, `assistant_mask`, `token_rewards` into a `Batch`."""
+    rows = list(zip(df.input_ids, df.assistant_mask, df.token_rewards, strict=True))
+    for i, (x, m, r) in enumerate(rows):
+        if not len(x) == len(m) == len(r):
+            raise ValueError(
+                f"sample {i}: input_ids, assistant_mask and token_rewards have lengths "
+                f"{len(x)}, {len(m)}, {len(r)}; they must be equal (rewrite it with the rollout)"
+            )
+    lengths = [min(len(x), max_len or len(x)) for x, _, _ in rows]
+    b, t = len(rows), max(lengths)
+    ids = torch.full((b, t), 0 if pad_id is None else pad_id, dtype=torch.long)  # (B, T)
+    attn = torch.zeros(b, t, dtype=torch.long)  # (B, T)
+    mask = torch.zeros(b, t)  # (B, T)
+    rew = torch.zeros(b, t)  # (B, T)
+    for i, ((x, m, r), n) in enumerate(zip(rows, lengths, strict=True)):
+        ids[i, :n] = torch.as_tensor(np.array(x[:n], dtype=np.int64))
+        attn[i, :n] = 1
+        mask[i, :n] = torch.as_tensor(np.array(m[:n], dtype=np.float32))
+        rew[i, :n] = torch.as_tensor(np.array(r[:n], dtype=np.float32))
+    if mask[:, 1:].sum() == 0:
+        raise ValueError("no assistant tokens to train on (assistant_mask is 0 everywhere)")
+    return Batch(ids, attn, mask[:, 1:], rew[:, 1:])
+
+
+def load_model(path: str | Path, device: torch.device, trainable: bool = True):
+    """A float32 HF causal LM on `device`, in eval mode: dropout stays off so that training
+    log-probs match the sampling policy's (gradients still flow when `trainable`)."""
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()
+    model.requires_grad_(trainable)
+    return model
+
+
+def token_log_probs(
+    model: torch.nn.Module, batch: Batch, with_entropy: bool = False, entropy_grad: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log p(token t+1 | prefix) (B, T-1) and, if asked, the policy entropy (B, T-1)."""
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)  # (B, T-1, V)
+    log_prob = logp.gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)  # (B, T-1)
+    if not with_entropy:
+        return log_prob, None
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        entropy = -(logp.exp() * logp).sum(-1)  # (B, T-1)
+    return log_prob, entropy
+
+
+def batched_log_probs(model, batch: Batch, rows, cfg: TrainConfig, device) -> torch.Tensor:
+    """No-grad log-probs of `rows` in micro-batches, right-padded to (len(rows), T-1) on CPU."""
+    rows = list(rows)
+    out = torch.zeros(len(rows), batch.response_mask.shape[1])  # (R, T-1)
+    with torch.no_grad(), _autocast(cfg, device):
+        for i in range(0, len(rows), cfg.micro_batch_size):
+            chunk = rows[i : i + cfg.micro_batch_size]
+            lp, _ = token_log_probs(model, batch.select(chunk).to(device))  # (b, t)
+            out[i : i + len(chunk), : lp.shape[1]] = lp.float().cpu()
+    return out
+
+
+def schedule(n: int, cfg: TrainConfig) -> list[list[int]]:
+    """Row indices of every optimizer step: `epochs` shuffled passes in mini-batches."""
+    gen = torch.Generator().manual_seed(cfg.seed)
+    perms = [torch.randperm(n, generator=gen).tolist() for _ in range(cfg.epochs)]
+    return [mini for perm in perms for mini in _chunks(perm, cfg.mini_batch_size)]
+
+
+MicroLoss = Callable[..., tuple[torch.Tensor, dict[str, float | torch.Tensor]]]
+
+
+def optimize(model, batch: Batch, plan: list[list[int]], cfg: TrainConfig, device: torch.device,
+             micro_loss: MicroLoss, desc: str) -> dict[str, float]:  # fmt: skip
+    """AdamW steps over the mini-batches in `plan`, accumulating grads over micro-batches.
+
+    `micro_loss(model, micro_batch, rows, actor_cfg)` returns (loss, diagnostics). Losses are
+    aggregated with verl's `agg_loss` against the whole mini-batch (`actor_cfg.
+    global_batch_info`), so the accumulated gradient is the mini-batch loss's gradient.
+    """
+    actor_cfg = grpo.actor_config(cfg.clip_ratio, cfg.clip_ratio_high, cfg.loss_agg_mode)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+    def lr_factor(step: int) -> float:
+        return (
+            0.5 * (1 + math.cos(math.pi * step / len(plan))) if cfg.lr_schedule == "cosine" else 1.0
+        )
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
+    sums: dict[str, float] = {}
+    weight, tokens, losses, norms = 0.0, 0, [], []
+    t0 = time.perf_counter()
+    bar = tqdm(plan, desc=desc, unit="step")
+    for mini in bar:
+        grpo.set_global_batch(actor_cfg, batch.select(mini).response_mask)
+        opt.zero_grad(set_to_none=True)
+        loss_sum = 0.0
+        for rows in _chunks(mini, cfg.micro_batch_size):
+            mb = batch.select(rows).to(device)
+            with _autocast(cfg, device):
+                loss, diag = micro_loss(model, mb, rows, actor_cfg)
+            loss.backward()
+            loss_sum += float(loss.detach())
+            tokens += int(mb.attention_mask.sum())
+            w = float(mb.response_mask.sum())  # diagnostics are token-weighted means
+            weight += w
+            if w:
+                for k, v in diag.items():
+                    sums[k] = sums.get(k, 0.0) + float(v) * w
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+        if not torch.isfinite(grad_norm):
+            raise FloatingPointError(f"grad norm is {grad_norm}; lower lr ({cfg.lr}) or check data")
+        opt.step()
+        sched.step()
+        losses.append(loss_sum)
+        norms.append(float(grad_norm))
+        bar.set_postfix(loss=f"{loss_sum:.4f}", grad_norm=f"{norms[-1]:.3f}")
+    seconds = time.perf_counter() - t0
+    return {
+        **{f"train/{k}": v / max(weight, 1.0) for k, v in sums.items()},
+        "train/loss": float(np.mean(losses)),
+        "train/grad_norm": float(np.mean(norms)),
+        "train/optimizer_steps": float(len(plan)),
+        "perf/train_seconds": seconds,
+        "perf/tokens_per_second": tokens / seconds,
+    }
+
+
+def save_checkpoint(model, tokenizer, out_dir: str | Path, metrics: dict[str, float]) -> Path:
+    """A HF checkpoint (safetensors, config, tokenizer) the rollout loads, plus metrics.json."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
+    return out
+
+
+def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def _autocast(cfg: TrainConfig, device: torch.device):
+    """bf16 autocast on CUDA when `cfg.bf16`, a no-op elsewhere."""
+    enabled = cfg.bf16 and device.type == "cuda" and torch.cuda.is_bf16_supported()
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
+
+
+STANDARD_KEYS = ("game", "init", "role", "batch")
+
+
+def advantages_for(df: pd.DataFrame, batch: Batch, cfg: TrainConfig):
+    """Step 4: advantages (B, T-1) under `cfg.group_key`, and their stats for every group key.
+
+    Raises NoSignalError (naming what to change) when all advantages are zero.
+    """
+    scores = batch.token_rewards.sum(1).numpy()  # (B,)
+    n_tokens = batch.response_mask.sum(1).clamp(min=1)  # (B,)
+    metrics: dict[str, float] = {"train/reward_mean": float(scores.mean())}
+    advantages = None
+    for key in dict.fromkeys((cfg.group_key, *STANDARD_KEYS)):
+        if key != "batch" and key not in df.columns:
+            continue
+        index = grpo.group_index(df, key)
+        adv = grpo.grpo_advantages(batch.token_rewards, batch.response_mask, index,
+                                   cfg.norm_adv_by_std, cfg.singleton_groups)  # (B, T-1)  # fmt: skip
+        seq_adv = ((adv * batch.response_mask).sum(1) / n_tokens).numpy()  # (B,)
+        metrics |= grpo.advantage_stats(scores, index, seq_adv, key)
+        advantages = adv if advantages is None else advantages
+    if advantages is None:  # the chosen key is not a column: let group_index say so
+        grpo.group_index(df, cfg.group_key)
+    if not advantages.abs().sum() > 0:
+        raise NoSignalError(
+            f"all {len(df)} samples have zero advantage under group_key={cfg.group_key!r}: every "
+            f"group's rewards are equal, or groups have size 1 (singleton_groups="
+            f"{cfg.singleton_groups!r}); raise the sampling temperature or games_per_init, or use "
+            "a coarser group key such as 'batch'"
+        )
+    metrics["train/frac_reward_zero_std"] = metrics[f"train/{cfg.group_key}/frac_reward_zero_std"]
+    return advantages, metrics
+
+
+def grpo_update(
+    model: torch.nn.Module,
+    batch: Batch,
+    advantages: torch.Tensor,  # (B, T-1)
+    cfg: TrainConfig,
+    device: torch.device,
+    ref_model: torch.nn.Module | None = None,
+) -> dict[str, float]:
+    """Steps 2, 3 and 5 on a loaded model: old/ref log-probs, then PPO epochs. Returns metrics."""
+    plan = schedule(len(batch), cfg)
+    # 2. old log-probs: a no-grad pass for rows outside the first mini-batch (filled lazily there)
+    old_log_prob = torch.zeros_like(batch.response_mask)  # (B, T-1)
+    known = torch.ones(len(batch), dtype=torch.bool)  # (B,)
+    known[plan[0]] = False
+    later = known.nonzero()[:, 0].tolist()
+    if later:
+        old_log_prob[later] = batched_log_probs(model, batch, later, cfg, device)
+    # 3. reference log-probs: the start weights are `old_log_prob` itself (same tensor)
+    ref_log_prob = None
+    if cfg.kl_coef > 0:
+        ref_log_prob = old_log_prob
+        if ref_model is not None:
+            ref_log_prob = batched_log_probs(ref_model, batch, range(len(batch)), cfg, device)
+
+    def micro_loss(model, mb: Batch, rows: list[int], actor_cfg) -> tuple[torch.Tensor, dict]:
+        log_prob, entropy = token_log_probs(model, mb, True, entropy_grad=cfg.entropy_coef > 0)
+        t, dev = log_prob.shape[1], log_prob.device
+        if not known[rows].all():  # first mini-batch: these weights are still the start weights
+            old_log_prob[rows, :t] = log_prob.detach().float().cpu()
+            known[rows] = True
+        old, adv = old_log_prob[rows, :t].to(dev), advantages[rows, :t].to(dev)  # (b, t)
+        loss, diag = grpo.policy_loss(log_prob, old, adv, mb.response_mask, actor_cfg)
+        if ref_log_prob is not None:
+            ref = ref_log_prob[rows, :t].to(dev)  # (b, t)
+            kl, diag["kl"] = grpo.kl_loss(log_prob, ref, mb.response_mask, cfg.kl_type, actor_cfg)
+            loss = loss + cfg.kl_coef * kl
+        if cfg.entropy_coef > 0:
+            ent = grpo.core_algos.agg_loss(entropy, mb.response_mask, cfg.loss_agg_mode,
+                                           **actor_cfg.global_batch_info)  # fmt: skip
+            loss = loss - cfg.entropy_coef * ent
+        diag["entropy"] = (entropy.detach() * mb.response_mask).sum() / mb.response_mask.sum()
+        return loss, diag
+
+    # 5. PPO epochs
+    return optimize(model, batch, plan, cfg, device, micro_loss, desc="grpo")
+
+
+def train(
+    model_path: str | Path,
+    samples_paths: list[str | Path],
+    out_dir: str | Path,
+    cfg: TrainConfig | None = None,
+    ref_model_path: str | Path | None = None,
+) -> TrainStats:
+    """One GRPO update of `model_path` on rollout samples; writes a checkpoint to `out_dir`.
+
+    The reference policy for KL is `ref_model_path` if given, else `model_path` itself.
+    """
+    cfg = cfg or TrainConfig()
+    if ref_model_path is not None and cfg.kl_coef == 0:
+        raise ValueError("a reference model is only used when kl_coef > 0; set kl_coef or drop it")
+    torch.manual_seed(cfg.seed)
+    device = pick_device(cfg.device)
+    # 1. samples -> tensors
+    df = load_samples(samples_paths, cfg.policy)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    batch = collate(df, tokenizer.pad_token_id, cfg.max_seq_len)
+    # 4. advantages first: cheap, and fail fast when there is nothing to learn
+    advantages, metrics = advantages_for(df, batch, cfg)
+    metrics["train/samples"] = float(len(df))
+    model = load_model(model_path, device)
+    ref_model = load_model(ref_model_path, device, trainable=False) if ref_model_path else None
+    metrics |= grpo_update(model, batch, advantages, cfg, device, ref_model)
+    # 6. checkpoint
+    return TrainStats(save_checkpoint(model, tokenizer, out_dir, metrics), metrics)
