@@ -1,0 +1,163 @@
+"""GRPO math against hand-computed values (arithmetic in the comments).
+
+verl's `compute_grpo_outcome_advantage` uses the unbiased std (n - 1) and adds eps = 1e-6.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from sparring import grpo
+
+SCORES = [1.0, 0.0, 1.0, 1.0, 0.5, 0.2]
+FRAME = pd.DataFrame({
+    "game": ["g0", "g0", "g1", "g1", "g2", "g3"],
+    "init": ["s0", "s0", "s0", "s1", "s1", "s1"],
+    "role": ["p", "r", "p", "r", "p", "r"],
+    "country": ["FR", "FR", "DE", "DE", "DE", "IT"],
+})  # fmt: skip
+
+
+def advantages(key: str, norm: bool = True, singleton: str = "zero") -> list[float]:
+    """Sequence advantage per row: rewards on the last of 3 tokens, the middle one masked."""
+    token_rewards = torch.zeros(6, 3)
+    token_rewards[:, 2] = torch.tensor(SCORES)
+    mask = torch.tensor([[1.0, 0.0, 1.0]] * 6)
+    adv = grpo.grpo_advantages(token_rewards, mask, grpo.group_index(FRAME, key), norm, singleton)
+    assert (adv[:, 1] == 0).all() and torch.equal(adv[:, 0], adv[:, 2])  # masked, constant
+    return adv[:, 0].tolist()
+
+
+def test_game_key_pairs_seats_and_zeroes_singletons():
+    # g0 = [1, 0]: mean .5, std = sqrt((.25 + .25) / 1) = .7071 -> +-.5 / .7071 = +-.7071
+    # g1 = [1, 1]: std 0 -> 0 / (0 + 1e-6) = 0;  g2, g3 are singletons -> 0 (policy "zero")
+    assert advantages("game") == pytest.approx([0.7071, -0.7071, 0, 0, 0, 0], abs=1e-3)
+
+
+def test_verl_gives_singletons_their_raw_score():
+    # The behaviour our policy overrides: mean 0, std 1 -> advantage = score (.5 and .2).
+    token_rewards = torch.tensor([[0.5], [0.2]])
+    adv, _ = grpo.core_algos.compute_grpo_outcome_advantage(
+        token_rewards, torch.ones(2, 1), np.array(["a", "b"], dtype=object)
+    )
+    assert adv[:, 0].tolist() == pytest.approx([0.5, 0.2], abs=1e-5)
+
+
+def test_init_key_without_std_is_dr_grpo():
+    # s0 = [1, 0, 1]: mean 2/3 -> [1/3, -2/3, 1/3];  s1 = [1, .5, .2]: mean 1.7/3 = .5667
+    # -> [.4333, -.0667, -.3667]
+    expected = [1 / 3, -2 / 3, 1 / 3, 0.4333, -0.0667, -0.3667]
+    assert advantages("init", norm=False) == pytest.approx(expected, abs=1e-3)
+
+
+def test_role_key():
+    # p = [1, 1, .5]: mean .8333, deviations [.1667, .1667, -.3333], squares sum .1667,
+    #   std = sqrt(.1667 / 2) = .2887 -> [.5774, .5774, -1.1547]
+    # r = [0, 1, .2]: mean .4, deviations [-.4, .6, -.2], squares sum .56,
+    #   std = sqrt(.56 / 2) = .5292 -> [-.7559, 1.1339, -.3780]
+    expected = [0.5774, -0.7559, 0.5774, 1.1339, -1.1547, -0.3780]
+    assert advantages("role") == pytest.approx(expected, abs=1e-3)
+
+
+def test_batch_key():
+    # all six: mean 3.7 / 6 = .6167; deviations [.3833, -.6167, .3833, .3833, -.1167, -.4167],
+    # squares sum 1.0083, std = sqrt(1.0083 / 5) = .4491 -> deviation / .4491
+    expected = [0.8536, -1.3732, 0.8536, 0.8536, -0.2598, -0.9278]
+    assert advantages("batch") == pytest.approx(expected, abs=1e-3)
+
+
+def test_any_column_and_singleton_policies():
+    # FR = [1, 0] -> +-.7071;  DE = [1, 1, .5] -> [.5774, .5774, -1.1547] (as role p above)
+    # IT = [.2] is a singleton: "zero" -> 0; "batch" -> its batch advantage, -.9278 (above)
+    grouped = [0.7071, -0.7071, 0.5774, 0.5774, -1.1547]
+    assert advantages("country") == pytest.approx([*grouped, 0.0], abs=1e-3)
+    assert advantages("country", singleton="batch") == pytest.approx([*grouped, -0.9278], abs=1e-3)
+
+
+def test_a_batch_of_one_gets_zero_under_either_policy():
+    for policy in grpo.SINGLETON_POLICIES:
+        adv = grpo.grpo_advantages(torch.tensor([[0.7]]), torch.ones(1, 1),
+                                   np.array(["x"], dtype=object), True, policy)  # fmt: skip
+        assert adv.item() == 0.0
+
+
+def test_bad_group_key_and_policy_fail_clearly():
+    with pytest.raises(ValueError, match="not a samples column.*'batch'"):
+        grpo.group_index(FRAME, "phase")
+    with pytest.raises(ValueError, match="unknown singleton policy"):
+        grpo.grpo_advantages(torch.zeros(1, 1), torch.ones(1, 1), np.array(["a"]), True, "raw")
+
+
+def test_policy_loss_clips_by_hand():
+    # old = 0, new = log 1.5 -> ratio 1.5 on both tokens; clip_ratio .2 -> clipped ratio 1.2.
+    # A = +1: max(-1.5, -1.2) = -1.2 (clipped);  A = -1: max(1.5, 1.2) = 1.5, min(3, 1.5) = 1.5
+    # token-mean: (-1.2 + 1.5) / 2 = .15; clip fraction 1/2; ppo_kl = mean(old - new) = -.4055
+    config = grpo.actor_config(0.2, None, "token-mean")
+    log_prob = torch.full((1, 2), math.log(1.5))
+    loss, diag = grpo.policy_loss(log_prob, torch.zeros(1, 2), torch.tensor([[1.0, -1.0]]),
+                                  torch.ones(1, 2), config)  # fmt: skip
+    assert loss.item() == pytest.approx(0.15, abs=1e-5)
+    assert diag["pg_clipfrac"] == pytest.approx(0.5)
+    assert diag["ppo_kl"] == pytest.approx(-math.log(1.5), abs=1e-5)
+
+
+def test_kl_penalty_by_hand():
+    # low_var_kl with log p = 0, log ref = log 2: r = ref/p = 2 -> r - log r - 1 = 1 - .6931
+    config = grpo.actor_config(0.2, None, "token-mean")
+    loss, mean = grpo.kl_loss(torch.zeros(1, 1), torch.full((1, 1), math.log(2)),
+                              torch.ones(1, 1), "low_var_kl", config)  # fmt: skip
+    assert loss.item() == pytest.approx(1 - math.log(2), abs=1e-5) and mean == loss
+
+
+@pytest.mark.parametrize("mode", grpo.LOSS_AGG_MODES)
+def test_micro_batch_losses_add_up_to_the_mini_batch_loss(mode):
+    gen = torch.Generator().manual_seed(0)
+    log_prob, old = torch.randn(4, 5, generator=gen), torch.randn(4, 5, generator=gen)
+    adv = torch.randn(4, 5, generator=gen)
+    mask = (torch.rand(4, 5, generator=gen) > 0.3).float()
+    whole = grpo.actor_config(0.2, None, mode)
+    grpo.set_global_batch(whole, mask)
+    full, _ = grpo.policy_loss(log_prob, old, adv, mask, whole)
+    parts = [grpo.policy_loss(log_prob[r], old[r], adv[r], mask[r], whole)[0]
+             for r in (slice(0, 1), slice(1, 4))]  # fmt: skip
+    assert sum(parts).item() == pytest.approx(full.item(), abs=1e-5)
+
+
+@pytest.mark.parametrize("mode", grpo.LOSS_AGG_MODES)
+def test_masked_tokens_get_no_gradient(mode):
+    """Perturbing a masked token's logits leaves the policy + KL loss unchanged."""
+    gen = torch.Generator().manual_seed(1)
+    logits = torch.randn(2, 4, 7, generator=gen, requires_grad=True)  # (B, T, V)
+    tokens = torch.randint(0, 7, (2, 4), generator=gen)
+    mask = torch.tensor([[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 1.0, 1.0]])
+    old, ref = torch.randn(2, 4, generator=gen), torch.randn(2, 4, generator=gen)
+    adv = torch.randn(2, 4, generator=gen)
+    config = grpo.actor_config(0.2, None, mode)
+    grpo.set_global_batch(config, mask)
+
+    def loss_of(logits):
+        log_prob = torch.log_softmax(logits, -1).gather(-1, tokens[..., None])[..., 0]
+        pg, _ = grpo.policy_loss(log_prob, old, adv, mask, config)
+        kl, _ = grpo.kl_loss(log_prob, ref, mask, "low_var_kl", config)
+        return pg + 0.1 * kl
+
+    loss = loss_of(logits)
+    loss.backward()
+    assert (logits.grad[mask == 0] == 0).all() and (logits.grad[mask == 1] != 0).any()
+    bumped = logits.detach().clone()
+    bumped[0, 1] += 5.0  # a masked position
+    bumped[1, 0] -= 3.0  # another
+    assert loss_of(bumped).item() == pytest.approx(loss.item(), abs=1e-6)
+
+
+def test_advantage_stats_count_zero_variance_groups():
+    index = np.array(["a", "a", "b", "b", "c"], dtype=object)
+    stats = grpo.advantage_stats(np.array([1, 1, 0, 1, 0.5]), index, np.zeros(5), "game")
+    assert stats["train/game/frac_reward_zero_std"] == 0.5  # a ties, b doesn't; c is alone
+    assert stats["train/game/singleton_groups"] == 1 and stats["train/game/num_groups"] == 3
+    assert stats["train/game/mean_group_size"] == pytest.approx(5 / 3)
