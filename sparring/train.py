@@ -293,18 +293,15 @@ def advantages_for(df: pd.DataFrame, batch: Batch, cfg: TrainConfig):
     scores = batch.token_rewards.sum(1).numpy()  # (B,)
     n_tokens = batch.response_mask.sum(1).clamp(min=1)  # (B,)
     metrics: dict[str, float] = {"train/reward_mean": float(scores.mean())}
-    advantages = None
-    for key in dict.fromkeys((cfg.group_key, *STANDARD_KEYS)):
-        if key != "batch" and key not in df.columns:
-            continue
-        index = grpo.group_index(df, key)
+    chosen = grpo.group_index(df, cfg.group_key)  # raises when the key is not a column
+    advantages = torch.zeros_like(batch.response_mask)  # (B, T-1), set by the chosen key
+    others = [k for k in STANDARD_KEYS if k != cfg.group_key and (k == "batch" or k in df)]
+    for key, index in [(cfg.group_key, chosen)] + [(k, grpo.group_index(df, k)) for k in others]:
         adv = grpo.grpo_advantages(batch.token_rewards, batch.response_mask, index,
                                    cfg.norm_adv_by_std, cfg.singleton_groups)  # (B, T-1)  # fmt: skip
         seq_adv = ((adv * batch.response_mask).sum(1) / n_tokens).numpy()  # (B,)
         metrics |= grpo.advantage_stats(scores, index, seq_adv, key)
-        advantages = adv if advantages is None else advantages
-    if advantages is None:  # the chosen key is not a column: let group_index say so
-        grpo.group_index(df, cfg.group_key)
+        advantages = adv if key == cfg.group_key else advantages
     if not advantages.abs().sum() > 0:
         raise NoSignalError(
             f"all {len(df)} samples have zero advantage under group_key={cfg.group_key!r}: every "
