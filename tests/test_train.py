@@ -1,0 +1,168 @@
+"""The GRPO trainer end to end with the tiny model: configs, failures, direction, checkpoints."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+from pydantic import ValidationError
+from sample_frames import make_samples
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from sparring.train import (
+    NoSignalError,
+    TrainConfig,
+    advantages_for,
+    collate,
+    grpo_update,
+    load_model,
+    token_log_probs,
+    train,
+)
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir):
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+def write(df: pd.DataFrame, tmp_path, name="samples.parquet") -> str:
+    path = tmp_path / name
+    df.to_parquet(path, index=False)
+    return str(path)
+
+
+def own_log_prob(model, batch) -> torch.Tensor:
+    """Summed log-prob of each row's own tokens (B,)."""
+    with torch.no_grad():
+        log_prob, _ = token_log_probs(model, batch)  # (B, T-1)
+    return (log_prob * batch.response_mask).sum(1)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"micro_batch_size": 16, "mini_batch_size": 8}, "lower micro_batch_size"),
+        ({"loss_agg_mode": "mean"}, "unknown loss_agg_mode"),
+        ({"kl_type": "full"}, "unknown kl_type"),
+        ({"singleton_groups": "raw"}, "'zero' or 'batch'"),
+        ({"lr": 0}, "greater than 0"),
+        ({"clip_ratio": 1.5}, "less than 1"),
+        ({"group_key": ""}, "column name or 'batch'"),
+    ],
+)
+def test_bad_configs_fail_clearly(overrides, message):
+    with pytest.raises(ValidationError, match=message):
+        TrainConfig(**overrides)
+
+
+def test_bad_samples_fail_clearly(tiny_model_dir, tokenizer, tmp_path):
+    df = make_samples(tokenizer, [1.0, 0.0, 0.5, 0.5])
+    run = lambda df, **kw: train(tiny_model_dir, [write(df, tmp_path)], tmp_path / "out",  # noqa: E731
+                                 TrainConfig(**kw))  # fmt: skip
+    with pytest.raises(ValueError, match=r"lack columns \['assistant_mask'\]"):
+        run(df.drop(columns="assistant_mask"))
+    with pytest.raises(ValueError, match="empty"):
+        run(df.iloc[:0])
+    with pytest.raises(ValueError, match="policy 'policy'.*found \\['scripted'\\]"):
+        run(df.assign(policy="scripted"))
+    with pytest.raises(ValueError, match="not a samples column"):
+        run(df, group_key="phase")
+    with pytest.raises(NoSignalError, match="temperature or games_per_init.*'batch'"):
+        run(df.assign(token_rewards=[[0.0] * len(x) for x in df.input_ids]))  # all rewards tie
+    with pytest.raises(NoSignalError, match="size 1"):
+        run(df, group_key="sample_id")  # every group is a singleton
+    with pytest.raises(ValueError, match="lengths"):
+        run(df.assign(assistant_mask=[m[:-1] for m in df.assistant_mask]))
+    with pytest.raises(ValueError, match="only used when kl_coef > 0"):
+        train(tiny_model_dir, [write(df, tmp_path)], tmp_path / "o", None, tiny_model_dir)
+
+
+def test_one_step_raises_positive_and_lowers_negative_log_prob(tiny_model_dir, tokenizer):
+    # rows 0 and 2 reply with different text (no shared reply), one group: A = +.7071, -.7071
+    df = make_samples(tokenizer, [1.0, 0.0, 0.0]).iloc[[0, 2]].reset_index(drop=True)
+    cfg = TrainConfig(group_key="batch", lr=1e-3, mini_batch_size=2, micro_batch_size=1)
+    batch = collate(df, tokenizer.pad_token_id)
+    advantages, _ = advantages_for(df, batch, cfg)
+    model = load_model(tiny_model_dir, CPU)
+    before = own_log_prob(model, batch)
+    metrics = grpo_update(model, batch, advantages, cfg, CPU)
+    after = own_log_prob(model, batch)
+    assert after[0] > before[0] and after[1] < before[1]
+    # on-policy step: the old log-probs came from the same forward, so the ratio is exactly 1
+    assert metrics["train/ppo_kl"] == 0 and metrics["train/pg_clipfrac"] == 0
+
+
+def test_precomputed_old_log_probs_match_the_training_forward(tiny_model_dir, tokenizer):
+    # Rows outside the first mini-batch get old log-probs from a separate no-grad pass; with a
+    # vanishing lr the weights stay put, so any ratio != 1 would be a data-path mismatch.
+    df = make_samples(tokenizer, [1.0, 0.0, 0.3, 0.6, 0.9, 0.1])
+    cfg = TrainConfig(group_key="batch", lr=1e-12, mini_batch_size=2, micro_batch_size=2)
+    batch = collate(df, tokenizer.pad_token_id)
+    advantages, _ = advantages_for(df, batch, cfg)
+    metrics = grpo_update(load_model(tiny_model_dir, CPU), batch, advantages, cfg, CPU)
+    assert abs(metrics["train/ppo_kl"]) < 1e-6 and metrics["train/optimizer_steps"] == 3
+
+
+def test_gradient_accumulation_matches_one_big_micro_batch(tiny_model_dir, tokenizer):
+    # One mini-batch of 4 rows of different lengths, as 1 micro-batch or as 4: the accumulated
+    # gradient (left in .grad after the step) is the same.
+    df = make_samples(tokenizer, [1.0, 0.0, 0.3, 0.6])
+    batch = collate(df, tokenizer.pad_token_id)
+    grads = []
+    for micro in (4, 1):
+        cfg = TrainConfig(group_key="batch", mini_batch_size=4, micro_batch_size=micro)
+        model = load_model(tiny_model_dir, CPU)
+        grpo_update(model, batch, advantages_for(df, batch, cfg)[0], cfg, CPU)
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    assert torch.allclose(grads[0], grads[1], atol=1e-6) and grads[0].abs().sum() > 0
+
+
+def test_checkpoint_loads_back_with_metrics(tiny_model_dir, tokenizer, tmp_path):
+    df = make_samples(tokenizer, [1.0, 0.0, 0.2, 0.8, 0.5, 0.5, 0.1, 0.9])
+    cfg = TrainConfig(lr=1e-3, epochs=2, mini_batch_size=4, micro_batch_size=2, kl_coef=0.05)
+    stats = train(tiny_model_dir, [write(df, tmp_path)], tmp_path / "ckpt", cfg, tiny_model_dir)
+    out = stats.out_dir
+    assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
+    metrics = json.loads((out / "metrics.json").read_text())
+    for key in ("train/loss", "train/pg_clipfrac", "train/kl", "train/entropy", "train/grad_norm",
+                "perf/tokens_per_second", "train/init/adv_std", "train/game/frac_reward_zero_std",
+                "train/role/num_groups", "train/batch/adv_mean", "train/frac_reward_zero_std"):  # fmt: skip
+        assert key in metrics and metrics[key] == metrics[key], key  # present and not NaN
+    assert metrics["train/optimizer_steps"] == 4 and metrics["train/kl"] > 0
+    model = AutoModelForCausalLM.from_pretrained(out)
+    start = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    assert AutoTokenizer.from_pretrained(out).encode("[accept]") == tokenizer.encode("[accept]")
+    changed = [
+        not torch.equal(a, b) for a, b in zip(model.parameters(), start.parameters(), strict=True)
+    ]
+    assert any(changed)
+
+
+def test_rollout_samples_train_and_the_checkpoint_plays(tiny_model_dir, tmp_path):
+    """Real rollout samples in, a checkpoint out that the rollout plays with again."""
+    from sparring.game_init import GameInitConfig, write_inits
+    from sparring.generation.base import SamplingParams
+    from sparring.generation.hf import HFBackend
+    from sparring.rollout import RolloutConfig, load_inits, play, write_outputs
+
+    game = {"k": 3, "max_turns": 2}
+    inits = load_inits(write_inits(GameInitConfig(game_params=game, num_train=1, num_val=1),
+                                   tmp_path / "inits")["train"])  # fmt: skip
+    rcfg = RolloutConfig(game_params=game, games_per_init=2,
+                         sampling=SamplingParams(temperature=1.0, max_new_tokens=8, seed=0))  # fmt: skip
+    samples = write_outputs(play(inits, {"policy": HFBackend(str(tiny_model_dir), device="cpu")},
+                                 rcfg, progress=False), tmp_path / "r0")["samples"]  # fmt: skip
+    df = pd.read_parquet(samples)
+    # a random model rarely agrees, so give the seats of game 0 a win to learn from
+    df["token_rewards"] = [[0.0] * (len(r) - 1) + [float(g == df.game[0])]
+                           for r, g in zip(df.token_rewards, df.game, strict=True)]  # fmt: skip
+    stats = train(tiny_model_dir, [write(df, tmp_path)], tmp_path / "m1",
+                  TrainConfig(group_key="init", lr=1e-3, mini_batch_size=4, micro_batch_size=4))  # fmt: skip
+    again = play(inits, {"policy": HFBackend(str(stats.out_dir), device="cpu")}, rcfg,
+                 progress=False)  # fmt: skip
+    assert len(again.episodes) == 2
