@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import re
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -43,7 +45,14 @@ class LocalRun(NamedTuple):
     storage_root: str
     s3_data_dir: Path | None  # where the local S3 server kept its data, if one was started
     log: Path
-    seconds: float
+    seconds: float  # wall time of the whole run, services included
+    compute: dict[str, float]  # perf/*_seconds summed over the run's tasks (see compute_seconds)
+
+    @property
+    def overhead(self) -> float:
+        """Share of the wall time outside rollout/train/eval compute: process start-up, imports,
+        model load and save, uploads, logging, services."""
+        return 1.0 - sum(self.compute.values()) / self.seconds
 
 
 class _Progress(io.TextIOBase):
@@ -123,6 +132,8 @@ def run_local(cfg: PipelineConfig, workdir: str | Path = "runs", verbose: bool =
     (workdir / run_name).mkdir(parents=True, exist_ok=True)
     log_path = workdir / run_name / "kfp.log"
     with local_services(cfg.model_copy(update={"run_name": run_name}), workdir) as (cfg, s3_dir):
+        # kfp warns that our image is "non-Python": it is ours, and this Python has it installed.
+        warnings.filterwarnings("ignore", message=".*non-Python base image.*")
         local.init(
             runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(workdir / "kfp")
         )
@@ -142,11 +153,26 @@ def run_local(cfg: PipelineConfig, workdir: str | Path = "runs", verbose: bool =
             [experiment.experiment_id], f"tags.mlflow.runName = '{run_name}'", max_results=1
         )[0]
         rows = steps.summary_rows(cfg, parent.info.run_id, client)
+        job_dir = max((workdir / "kfp").iterdir(), key=lambda p: p.stat().st_mtime)
         return LocalRun(
             run_name, parent.info.run_id, rows, champion(cfg.registered_model, client),
             cfg.tracking.resolved_uri(), f"{cfg.storage.root.rstrip('/')}/{run_name}", s3_dir,
-            log_path, time.perf_counter() - t0,
+            log_path, time.perf_counter() - t0, compute_seconds(job_dir),
         )  # fmt: skip
+
+
+def compute_seconds(job_dir: Path) -> dict[str, float]:
+    """`perf/{rollout,train,eval}_seconds` summed over the output artifacts of every task of
+    one kfp.local job (the warm start's SFT counts as train)."""
+    from sparring.steps import COMPUTE_METRICS
+
+    totals = dict.fromkeys(COMPUTE_METRICS, 0.0)
+    for out in job_dir.glob("*/executor_output.json"):
+        for artifact in json.loads(out.read_text()).get("artifacts", {}).values():
+            for metadata in (a.get("metadata", {}) for a in artifact["artifacts"]):
+                for key in COMPUTE_METRICS:
+                    totals[key] += float(metadata.get(key, 0.0))
+    return totals
 
 
 def _tail(path: Path, lines: int = 40) -> str:
@@ -170,6 +196,8 @@ def format_summary(result: LocalRun, champion_metric: str) -> str:
         f"artifacts: {result.storage_root}/"
         + (f"  (local S3 data in {result.s3_data_dir})" if result.s3_data_dir else ""),
         f"task logs: {result.log}",
+        f"compute {sum(result.compute.values()):.0f} s of {result.seconds:.0f} s wall "
+        f"(pipeline overhead {result.overhead:.2f})",
         f"MLflow UI: mlflow ui --backend-store-uri {result.tracking_uri}  "
         f"(then open http://127.0.0.1:5000, parent run {result.parent_run_id})",
     ]

@@ -123,8 +123,8 @@ def warm_start(
     )
     with tempfile.TemporaryDirectory() as tmp:
         samples = write_outputs(result, tmp)["samples"]
-        stats = sft(model_dir, [samples], out_dir, ws.train)
-    return _stats_dict(stats)
+        tcfg = ws.train.model_copy(update={"device": cfg.device})
+        return sft(model_dir, [samples], out_dir, tcfg).metrics
 
 
 # -- one iteration -----------------------------------------------------------------------------
@@ -165,19 +165,18 @@ def train(
     group_key: str,
     ref_model_dir: str | None = None,
 ) -> dict[str, float]:
-    """GRPO on one rollout's samples; a HF checkpoint in `out_dir`."""
+    """GRPO on one rollout's samples; a HF checkpoint in `out_dir`. When every group's rewards
+    tie (no signal), the checkpoint is copied unchanged and `train/no_signal` is 1."""
+    from sparring.train import NoSignalError
     from sparring.train import train as grpo_train
 
-    tcfg = cfg.train.model_copy(update={"group_key": group_key})
-    return _stats_dict(grpo_train(model_dir, [samples], out_dir, tcfg, ref_model_dir))
-
-
-def _stats_dict(stats: Any) -> dict[str, float]:
-    if hasattr(stats, "metrics"):
-        stats = stats.metrics() if callable(stats.metrics) else stats.metrics
-    elif hasattr(stats, "_asdict"):
-        stats = stats._asdict()
-    return {k: float(v) for k, v in dict(stats).items() if isinstance(v, int | float)}
+    tcfg = cfg.train.model_copy(update={"group_key": group_key, "device": cfg.device})
+    try:
+        return grpo_train(model_dir, [samples], out_dir, tcfg, ref_model_dir).metrics
+    except NoSignalError as e:  # every group tied: no gradient, so the policy stays as it was
+        log(f"train: no learning signal, checkpoint unchanged ({e})")
+        shutil.copytree(model_dir, out_dir, dirs_exist_ok=True)
+        return {"train/no_signal": 1.0, "perf/train_seconds": 0.0}
 
 
 def evaluate(
@@ -329,6 +328,5 @@ def summary_rows(cfg: PipelineConfig, parent_run_id: str, client: Any) -> list[d
             "score": m.get(cfg.champion_metric, float("nan")),
             "version": version.version if version else "-",
             "checkpoint": version.source if version else "-",
-            "compute_seconds": sum(m.get(k, 0.0) for k in COMPUTE_METRICS),
         })  # fmt: skip
     return sorted(rows, key=lambda r: r["iteration"])

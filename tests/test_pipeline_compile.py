@@ -1,0 +1,119 @@
+"""The compiled pipeline: GPU requests, Kubernetes settings and images come from the config,
+the loop is unrolled, the committed YAML is current, and every shipped config validates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from pydantic import ValidationError
+from sparring.pipelines.selfplay import compile_pipeline
+
+from sparring.cli import main
+from sparring.pipeline_config import CONFIG_DIR, PipelineConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+GPU_CONFIG = CONFIG_DIR / "pipeline-gpu.yaml"
+
+
+def compiled(cfg: PipelineConfig, tmp_path: Path) -> tuple[dict, dict]:
+    """(pipeline spec, platform spec) of the compiled YAML."""
+    docs = list(
+        yaml.safe_load_all(Path(compile_pipeline(cfg, str(tmp_path / "p.yaml"))).read_text())
+    )
+    platform = docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"] if docs[1:] else {}
+    return docs[0], platform
+
+
+def executors_of(spec: dict, prefix: str) -> list[str]:
+    """Executor labels of the DAG tasks whose component name starts with `comp-<prefix>`."""
+    tasks = spec["root"]["dag"]["tasks"].values()
+    comps = [
+        t["componentRef"]["name"]
+        for t in tasks
+        if t["componentRef"]["name"].startswith(f"comp-{prefix}")
+    ]
+    return [spec["components"][c]["executorLabel"] for c in comps]
+
+
+@pytest.mark.parametrize("path", sorted(CONFIG_DIR.glob("pipeline*.yaml")), ids=lambda p: p.name)
+def test_shipped_configs_validate_and_compile(path, tmp_path):
+    cfg = PipelineConfig.from_yaml(path)
+    spec, _ = compiled(cfg, tmp_path)
+    assert len(executors_of(spec, "rollout")) == cfg.iterations
+
+
+def test_gpu_pipeline(tmp_path):
+    cfg = PipelineConfig.from_yaml(GPU_CONFIG).model_copy(update={"iterations": 3})
+    k8s = cfg.kubernetes
+    spec, platform = compiled(cfg, tmp_path)
+    containers = spec["deploymentSpec"]["executors"]
+    gpu_steps = ["rollout", "train", "evaluate"]
+    for step in ["start", "game-init", "initial-model", *gpu_steps, "register", "finish"]:
+        for label in executors_of(spec, step):
+            container = containers[label]["container"]
+            env = platform[label]["secretAsEnv"][0]
+            assert env["secretName"] == k8s.s3_secret
+            assert {e["envVar"] for e in env["keyToEnv"]} == {
+                "AWS_ACCESS_KEY_ID",
+                "AWS_SECRET_ACCESS_KEY",
+            }
+            if step in gpu_steps:
+                assert container["image"] == k8s.gpu_image
+                accel = container["resources"]["accelerator"]
+                assert (
+                    accel["resourceType"] == "nvidia.com/gpu" and int(accel["resourceCount"]) == 1
+                )
+                assert platform[label]["nodeSelector"]["labels"] == k8s.node_selector
+                assert platform[label]["tolerations"][0]["key"] == "nvidia.com/gpu"
+                shm = platform[label]["emptyDirMounts"][0]
+                assert (shm["mountPath"], shm["medium"], shm["sizeLimit"]) == (
+                    "/dev/shm",
+                    "Memory",
+                    k8s.shm_size,
+                )
+            else:
+                assert container["image"] == k8s.image
+                assert "accelerator" not in container.get("resources", {})
+                assert "nodeSelector" not in platform[label]
+    tasks = spec["root"]["dag"]["tasks"]
+    assert sum(name.startswith("register") for name in tasks) == 3
+    assert all(t["retryPolicy"]["maxRetryCount"] == k8s.retries for t in tasks.values())
+    assert all(t["cachingOptions"].get("enableCache", False) is False for t in tasks.values())
+    params = spec["root"]["inputDefinitions"]["parameters"]
+    assert set(params) == {"config", "games_per_iteration", "group_key"}
+    assert PipelineConfig.model_validate_json(params["config"]["defaultValue"]).iterations == 3
+
+
+def test_committed_yaml_is_current(tmp_path):
+    out = tmp_path / "selfplay.yaml"
+    result = CliRunner().invoke(main, ["compile", "--config", str(GPU_CONFIG), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    committed = ROOT / "pipelines" / "selfplay.yaml"
+    assert list(yaml.safe_load_all(out.read_text())) == list(
+        yaml.safe_load_all(committed.read_text())
+    ), (
+        "pipelines/selfplay.yaml is stale: sparring compile --config configs/pipeline-gpu.yaml "
+        "-o pipelines/selfplay.yaml"
+    )
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"rollout": {"game_params": {"k": 5}}}, "set it once, at the top"),
+        ({"games_per_iteration": 6, "rollout": {"games_per_init": 4}}, "multiple of"),
+        ({"group_key": "planet"}, "unknown group_key"),
+        ({"kubernetes": {"gpus": 1}}, "Extra inputs are not permitted"),
+    ],
+)
+def test_config_errors_name_the_fix(override, message):
+    with pytest.raises(ValidationError, match=message):
+        PipelineConfig.model_validate({"game_params": {"k": 3}, **override})
+
+
+def test_game_is_set_once():
+    cfg = PipelineConfig.model_validate({"game_params": {"k": 3}})
+    assert cfg.rollout.game_params == cfg.eval.game_params == cfg.game_init.game_params == {"k": 3}

@@ -1,0 +1,107 @@
+"""The pipeline steps the KFP components call, tested without KFP: S3 and MLflow faults stop
+a step with a clear error before anything is registered; remote model refs load back."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from sparring import steps, storage
+from sparring.models import resolve_model
+from sparring.pipeline_config import PipelineConfig
+from sparring.tracking import PipelineRun, TrackingConfig, TrackingUnavailableError, connect
+
+
+@pytest.fixture
+def cfg(s3_server, tmp_path, monkeypatch) -> PipelineConfig:
+    """A config on the real S3 server and a fresh sqlite MLflow store."""
+    for key, value in s3_server.env().items():
+        monkeypatch.setenv(key, value)
+    return PipelineConfig.model_validate({
+        "game_params": {"k": 3},
+        "storage": {"root": f"s3://sparring/steps-{uuid.uuid4().hex[:6]}"},
+        "tracking": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "steps"},
+        "registered_model": "steps-model",
+    })  # fmt: skip
+
+
+def registered(cfg: PipelineConfig) -> list:
+    return connect(cfg.tracking).search_model_versions(f"name = '{cfg.registered_model}'")
+
+
+METRICS = {"eval/selfplay/all/normalized_reward": 0.5, "rollout/normalized_reward": 0.25}
+
+
+def test_register_then_load_back(cfg, tiny_model_dir, tmp_path):
+    parent = PipelineRun.start(cfg.tracking, "r").run_id
+    done = steps.register(cfg, parent, "r", 0, str(tiny_model_dir), METRICS)
+    assert done.checkpoint_uri == f"{cfg.storage.root}/r/0/checkpoint"
+    assert (done.version, done.champion_version) == ("1", "1")
+    storage.verify(done.checkpoint_uri, deep=True)
+    # models:/ -> the version's S3 source -> a verified local copy (cached by URI)
+    local = Path(resolve_model(f"models:/{cfg.registered_model}@champion", tmp_path / "cache"))
+    assert local.parent == tmp_path / "cache"
+    files = sorted(p.name for p in local.iterdir() if p.name != ".complete")
+    assert files == sorted(p.name for p in tiny_model_dir.iterdir())
+
+
+@pytest.mark.parametrize("fault", ["wrong_credentials", "unreachable"])
+def test_s3_fault_registers_nothing(fault, cfg, tiny_model_dir, monkeypatch):
+    parent = PipelineRun.start(cfg.tracking, "r").run_id
+    if fault == "wrong_credentials":
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+        expected = storage.S3AuthError
+    else:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")  # nothing listens
+        expected = storage.S3UnreachableError
+    with pytest.raises(expected, match="AWS_"):
+        steps.register(cfg, parent, "r", 0, str(tiny_model_dir), METRICS)
+    assert registered(cfg) == []
+    assert connect(cfg.tracking).get_run(parent).data.metrics == {}
+
+
+def test_interrupted_checkpoint_upload_is_not_registered_and_rerun_completes(
+    cfg, tiny_model_dir, monkeypatch
+):
+    parent = PipelineRun.start(cfg.tracking, "r").run_id
+    real_put, calls = storage._S3Store.put, []
+
+    def dies_after_one_file(self, local, entry):  # a pod killed mid-upload
+        calls.append(entry.path)
+        if len(calls) > 1:
+            raise ConnectionResetError("injected: connection lost mid-upload")
+        real_put(self, local, entry)
+
+    monkeypatch.setattr(storage._S3Store, "put", dies_after_one_file)
+    with pytest.raises(ConnectionResetError):
+        steps.register(cfg, parent, "r", 0, str(tiny_model_dir), METRICS)
+    assert registered(cfg) == []
+    with pytest.raises(storage.VerifyError, match="no MANIFEST"):
+        storage.verify(f"{cfg.storage.root}/r/0/checkpoint")
+    monkeypatch.setattr(storage._S3Store, "put", real_put)
+    assert steps.register(cfg, parent, "r", 0, str(tiny_model_dir), METRICS).version == "1"
+
+
+def test_mlflow_unreachable_stops_the_run_at_start(cfg):
+    down = cfg.model_copy(
+        update={"tracking": TrackingConfig(tracking_uri="http://127.0.0.1:9", probe_timeout=1)}
+    )
+    with pytest.raises(TrackingUnavailableError, match="MLFLOW_TRACKING_URI"):
+        steps.start(down, "job")
+
+
+def test_eval_report_inlines_the_plot(tmp_path):
+    from sparring.evaluate import plot_rewards
+
+    metrics = {"eval/selfplay/player_a/normalized_reward": 0.5}
+    plot = plot_rewards(metrics, tmp_path / "r.png")
+    transcripts = tmp_path / "t.json"
+    transcripts.write_text(
+        '{"selfplay": [{"game_id": "g<1>", "rewards": [0.5, 0.5], '
+        '"transcript": [{"seat": 0, "text": "[accept] <b>"}]}]}'
+    )
+    page = steps.eval_report(metrics, plot, transcripts, iteration=3)
+    assert 'src="data:image/png;base64,iVBOR' in page
+    assert "Iteration 3" in page and "&lt;b&gt;" in page and "<b>" not in page
