@@ -19,6 +19,7 @@ all of them are played in ONE batched rollout. Metrics:
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -41,10 +42,12 @@ def vs_bots(
     inits: list[tuple[str, dict[str, Any]]],
     cfg: EvalConfig,
     progress: bool = True,
+    bots: Sequence[str] | None = None,
 ) -> tuple[dict[str, float], list[Episode]]:
-    """Play `policy` in every country against every bot of `BOTS` (plus `cfg.opponent`) on
-    every val state; return the metrics described in the module docstring and the episodes."""
-    bots = list(dict.fromkeys((*BOTS, cfg.opponent)))
+    """Play `policy` in every country against every bot in `bots` (default: `BOTS` plus
+    `cfg.opponent`) on every val state; return the metrics of the module docstring and the
+    episodes."""
+    bots = list(dict.fromkeys(bots or (*BOTS, cfg.opponent)))
     games = [(bot, seat, init_id, state) for bot in bots for seat in range(len(ROLES))
              for init_id, state in inits]  # fmt: skip
     plan = [[bot if s != seat else "policy" for s in range(len(ROLES))] for bot, seat, *_ in games]

@@ -31,3 +31,13 @@ def test_diplomacy_rollout_bench(tiny_model_dir):
                      "--max-new-tokens", "4", "--model", str(tiny_model_dir))  # fmt: skip
     name, value = last.split()[1:]
     assert name == "diplomacy_speedup" and float(value) > 0
+
+
+def test_grouping_ablation_bench(tmp_path):
+    pytest.importorskip("diplomacy")
+    last = run_bench("grouping_ablation.py", "--iters", "1", "--train", "7", "--val", "1",
+                     "--warm", "1", "--warm-epochs", "1", "--max-new-tokens", "8",
+                     "--out", str(tmp_path))  # fmt: skip
+    name, value = last.split()[1:]
+    assert name == "country_vs_init_gain" and abs(float(value)) <= 1
+    assert (tmp_path / "grouping_ablation.png").exists()

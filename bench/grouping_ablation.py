@@ -1,0 +1,149 @@
+"""Seed 001's open question at CPU scale: does grouping GRPO advantages by country beat
+grouping by initial state (standard per-prompt grouping) or one batch-wide group?
+
+    .venv/bin/python bench/grouping_ablation.py                 # 10-20 minutes on 2 cores
+    .venv/bin/python bench/grouping_ablation.py --iters 1 --train 7 --val 1 --warm 1 --warm-epochs 1  # smoke
+
+Steps:
+  1. a tiny model, warm-started by SFT on greedy-bot self-play (so it writes orders at all)
+  2. for each group key (country, init, batch), from that same checkpoint with the same seeds:
+     `iters` rounds of rollout -> GRPO update. Each rollout seats the learner in one country
+     per game against greedy bots (`sparring.opponents.plan_seats`, countries balanced), and
+     plays each initial state `games_per_init` times, so an `init` group is "same state, same
+     seat" and a `country` group spans all states of that country.
+  3. evaluate every final checkpoint against the greedy bot, learner in each country in turn
+     (`sparring.evaluate_diplomacy.vs_bots`), on held-out states
+  4. print mean reward with its standard error per key, plot them, and end with
+     `RESULT country_vs_init_gain <country - init final eval reward>`
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from sparring.agents import make_agent
+from sparring.curriculum import DifficultyConfig, DifficultySchedule
+from sparring.evaluate import EvalConfig
+from sparring.evaluate_diplomacy import vs_bots
+from sparring.game_init import GameInitConfig, generate_inits
+from sparring.games.diplomacy import ROLES
+from sparring.generation.base import SamplingParams
+from sparring.generation.hf import HFBackend
+from sparring.opponents import plan_seats
+from sparring.rollout import RolloutConfig, play
+from sparring.samples import write_samples
+from sparring.sft import sft
+from sparring.tiny_model import init_tiny
+from sparring.train import NoSignalError, TrainConfig, train
+
+KEYS = ("country", "init", "batch")
+
+
+def inits_of(split: str, n: int, params: dict, seed: int) -> list[tuple[str, dict]]:
+    cfg = GameInitConfig(game="diplomacy", game_params=params, seed=seed,
+                         num_train=n if split == "train" else 0, num_val=n if split == "val" else 0)  # fmt: skip
+    return [(r.init_id, json.loads(r.state)) for r in generate_inits(cfg, False).itertuples()]
+
+
+def warm_start(work: Path, params: dict, n: int, epochs: int) -> Path:
+    """1. SFT a fresh tiny model on greedy bots playing every seat."""
+    tiny = init_tiny(work / "tiny")
+    tokenizer = HFBackend(str(tiny), device="cpu").tokenizer
+    cfg = RolloutConfig(game="diplomacy", game_params=params, games_per_init=1,
+                        seats=["greedy"] * len(ROLES))  # fmt: skip
+    res = play(inits_of("train", n, params, seed=1), {"greedy": make_agent("greedy")}, cfg,
+               progress=False, scripted_tokenizer=tokenizer)  # fmt: skip
+    data = write_samples(res.samples, work / "warm.parquet")
+    sft_cfg = TrainConfig(lr=3e-3, epochs=epochs, mini_batch_size=16, micro_batch_size=8,
+                          device="cpu")  # fmt: skip
+    return sft(tiny, [data], work / "warm", sft_cfg).out_dir
+
+
+def run_key(key: str, warm: Path, work: Path, args, params: dict, train_inits) -> Path:
+    """2. `iters` rounds of rollout + GRPO with one group key; returns the final checkpoint."""
+    model = warm
+    plan, _ = plan_seats(len(train_inits), ROLES,
+                         DifficultySchedule(DifficultyConfig(pool=["greedy"])), seed=0)  # fmt: skip
+    for it in range(args.iters):
+        sampling = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens, seed=it)
+        cfg = RolloutConfig(game="diplomacy", game_params=params,
+                            games_per_init=args.games_per_init, sampling=sampling)  # fmt: skip
+        policies = {"policy": HFBackend(str(model), device="cpu"), "greedy": make_agent("greedy")}
+        res = play(train_inits, policies, cfg, progress=False, seat_plan=plan)
+        samples = write_samples(res.samples, work / key / f"samples-{it}.parquet")
+        tcfg = TrainConfig(group_key=key, lr=args.lr, mini_batch_size=16, micro_batch_size=8,
+                           device="cpu", seed=it)  # fmt: skip
+        try:
+            model = train(model, [samples], work / key / f"iter-{it}", tcfg).out_dir
+        except NoSignalError as err:  # every group tied: nothing to learn this round
+            print(f"  {key} iter {it}: skipped update ({err})")
+        reward = np.mean([r["reward"] for r in res.samples])
+        print(f"  {key} iter {it}: rollout reward {reward:.3f}", flush=True)
+    return model
+
+
+def evaluate_vs_greedy(model: Path, val_inits, params: dict, max_new_tokens: int) -> np.ndarray:
+    """3. The learner's reward in every (val state, country) game against greedy bots."""
+    cfg = EvalConfig(game="diplomacy", game_params=params,
+                     sampling=SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens))  # fmt: skip
+    _, eps = vs_bots(HFBackend(str(model), device="cpu"), val_inits, cfg, False, ["greedy"])
+    return np.array([e.rewards[e.seat_policies.index("policy")] for e in eps])
+
+
+def plot(results: dict[str, np.ndarray], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(results)
+    means = [results[k].mean() for k in names]
+    ses = [results[k].std(ddof=1) / np.sqrt(len(results[k])) for k in names]
+    fig, ax = plt.subplots(figsize=(4.5, 3.5))
+    ax.bar(names, means, yerr=ses, capsize=5, color="tab:blue")
+    ax.set_ylabel("eval reward vs greedy (± s.e.)")
+    ax.set_xlabel("GRPO group key")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--iters", type=int, default=2, help="rollout + update rounds per key")
+    ap.add_argument("--train", type=int, default=14, help="train states per round")
+    ap.add_argument("--games-per-init", type=int, default=3)
+    ap.add_argument("--val", type=int, default=4, help="val states (x 7 countries in eval)")
+    ap.add_argument("--warm", type=int, default=16, help="greedy self-play games for SFT")
+    ap.add_argument("--warm-epochs", type=int, default=3)
+    ap.add_argument("--lr", type=float, default=5e-4)
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--out", type=Path, help="work dir (default: a temp dir)")
+    args = ap.parse_args()
+
+    work = args.out or Path(tempfile.mkdtemp(prefix="sparring-ablation-"))
+    params = {"horizon": 2, "press": False, "stages": ["opening"]}
+    warm = warm_start(work, params, args.warm, args.warm_epochs)
+    train_inits = inits_of("train", args.train, params, seed=2)
+    val_inits = inits_of("val", args.val, params, seed=2)
+    results = {"warm start": evaluate_vs_greedy(warm, val_inits, params, args.max_new_tokens)}
+    for key in KEYS:
+        final = run_key(key, warm, work, args, params, train_inits)
+        results[key] = evaluate_vs_greedy(final, val_inits, params, args.max_new_tokens)
+    for name, r in results.items():
+        se = r.std(ddof=1) / np.sqrt(len(r)) if len(r) > 1 else 0.0
+        print(f"{name:10s} eval reward vs greedy {r.mean():.4f} ± {se:.4f} (n={len(r)})")
+    plot(results, work / "grouping_ablation.png")
+    print(f"plot: {work / 'grouping_ablation.png'}")
+    print(f"RESULT country_vs_init_gain {results['country'].mean() - results['init'].mean():.4f}")
+
+
+if __name__ == "__main__":
+    main()
