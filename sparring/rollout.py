@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from sparring.agents import Agent, make_agent
 from sparring.games import Game, make_game
 from sparring.generation.base import GenerationBackend, SamplingParams
+from sparring.generation.factory import BackendConfig, make_backend
 from sparring.samples import TokenTrace, sample_row, write_samples
 
 Policy = GenerationBackend | Agent
@@ -42,6 +43,8 @@ class RolloutConfig(BaseModel):
     seats: list[str] | None = None
     """Policy name per seat; None = every seat is `policy` (pure self-play)."""
     sampling: SamplingParams = Field(default_factory=SamplingParams)
+    backend: BackendConfig = Field(default_factory=BackendConfig)
+    """Engine for `policy` seats: hf | sglang | openai (sparring.generation.factory)."""
     max_batch_size: int = Field(64, ge=1)
     """Largest batch per generate call; bigger batches are split."""
     max_context_tokens: int = Field(4096, ge=64)
@@ -293,10 +296,11 @@ def rollout_stats(result: RolloutResult) -> dict[str, float]:
 
 def build_policies(
     model: str | None, seats: list[str] | None, device: str = "auto", max_batch_size: int = 64,
-    extra_models: dict[str, str] | None = None,
+    extra_models: dict[str, str] | None = None, backend: BackendConfig | None = None,
 ) -> dict[str, Policy]:  # fmt: skip
-    """Policies for a rollout: `policy` = the model; any other seat name is a scripted agent
-    registered in sparring.agents, or a key of `extra_models` (name -> checkpoint path)."""
+    """Policies for a rollout: `policy` = the model on `backend` (default hf); any other seat
+    name is a scripted agent registered in sparring.agents, or a key of `extra_models`
+    (name -> checkpoint path, always on hf: opponents from the pool are small side batches)."""
     from sparring.generation.hf import HFBackend
 
     policies: dict[str, Policy] = {}
@@ -305,7 +309,7 @@ def build_policies(
         if name == "policy":
             if model is None:
                 raise ValueError("a `policy` seat needs --model")
-            policies[name] = HFBackend(model, device=device, max_batch_size=max_batch_size)
+            policies[name] = make_backend(model, backend or BackendConfig(), device, max_batch_size)
         elif name in extra_models:
             policies[name] = HFBackend(
                 extra_models[name], device=device, max_batch_size=max_batch_size

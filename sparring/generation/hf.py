@@ -24,6 +24,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, StaticCache
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
 from sparring.generation.base import Completion, GenerationBackend, SamplingParams
+from sparring.generation.stops import trim_reply, turn_stop_ids, until_stop
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values, each (H, T, D)
 
@@ -55,11 +56,10 @@ class HFBackend(GenerationBackend):
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
             self.pad_id = self.tokenizer.eos_token_id
-        eos = {self.tokenizer.eos_token_id, *_as_list(self.model.generation_config.eos_token_id)}
-        self.eos_ids = sorted(eos - {None})
-        # Any special token ends a turn (a model opening a new turn mid-reply, say); only EOS is
-        # kept in the reply, so a reply's text always equals the decode of its ids.
-        self.stop_ids = sorted(set(self.eos_ids) | set(self.tokenizer.all_special_ids))
+        # Any special token ends a turn; only EOS is kept in the reply (sparring.generation.stops).
+        self.eos_ids, self.stop_ids = turn_stop_ids(
+            self.tokenizer, _as_list(self.model.generation_config.eos_token_id)
+        )
         self._sessions: OrderedDict[str, tuple[list[int], KV]] = OrderedDict()
         self.forward_seconds = 0.0
         self.generated_tokens = 0
@@ -193,7 +193,7 @@ class HFBackend(GenerationBackend):
         """Keep each row's real positions: its prompt plus the generated tokens fed back."""
         for i, (session, prompt, row) in enumerate(zip(sessions, prompts, rows, strict=True)):
             cols = mask[i].nonzero()[:, 0]  # real (unpadded) positions of row i
-            fed = prompt + _until_stop(row, self.stop_ids)[:-1]
+            fed = prompt + until_stop(row, self.stop_ids)[:-1]
             assert len(cols) == len(fed), (len(cols), len(fed))
             kv = [(layer.keys[i][:, cols], layer.values[i][:, cols]) for layer in cache.layers]
             self._sessions[session] = (fed, kv)
@@ -203,21 +203,9 @@ class HFBackend(GenerationBackend):
 
     def _completion(self, row: list[int]) -> Completion:
         """Cut a generated row at its first stop token (keeping it only if it is EOS)."""
-        ids = _until_stop(row, self.stop_ids)
-        stopped = bool(ids) and ids[-1] in self.stop_ids
-        if stopped and ids[-1] not in self.eos_ids:
-            ids = ids[:-1]
-        self.generated_tokens += len(ids)
-        text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        return Completion(ids, text, "stop" if stopped else "length")
-
-
-def _until_stop(row: list[int], stop_ids: list[int]) -> list[int]:
-    """`row` up to and including its first stop token."""
-    for i, t in enumerate(row):
-        if t in stop_ids:
-            return row[: i + 1]
-    return row
+        out = trim_reply(row, self.tokenizer, self.eos_ids, self.stop_ids)
+        self.generated_tokens += len(out.token_ids)
+        return out
 
 
 def _as_list(x: int | list[int] | None) -> list[int | None]:

@@ -1,0 +1,39 @@
+"""Turn-ending rules shared by every generation backend.
+
+A turn ends at EOS or at any other special token (a model opening a new chat turn mid-reply,
+say). Only EOS is kept in the reply, so a reply's text always equals the decode of its ids and
+the token trace sees exactly what the game sees. Backends apply `trim_reply` to whatever their
+engine returned, so HF, SGLang and a remote server all produce the same `Completion` shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparring.generation.base import Completion
+
+
+def turn_stop_ids(tokenizer: Any, eos_ids: list[int] | None = None) -> tuple[list[int], list[int]]:
+    """(eos_ids, stop_ids): the EOS ids (tokenizer's plus `eos_ids`) and every id ending a turn."""
+    eos = sorted({tokenizer.eos_token_id, *(eos_ids or [])} - {None})
+    return eos, sorted(set(eos) | set(tokenizer.all_special_ids))
+
+
+def until_stop(row: list[int], stop_ids: list[int]) -> list[int]:
+    """`row` up to and including its first stop token."""
+    for i, t in enumerate(row):
+        if t in stop_ids:
+            return row[: i + 1]
+    return row
+
+
+def trim_reply(
+    row: list[int], tokenizer: Any, eos_ids: list[int], stop_ids: list[int]
+) -> Completion:
+    """Cut generated ids at the first stop token (keeping it only if it is EOS) and decode."""
+    ids = until_stop(list(row), stop_ids)
+    stopped = bool(ids) and ids[-1] in stop_ids
+    if stopped and ids[-1] not in eos_ids:
+        ids = ids[:-1]
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    return Completion(ids, text, "stop" if stopped else "length")
