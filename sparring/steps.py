@@ -89,8 +89,12 @@ def initial_model(cfg: PipelineConfig, out_dir: str | Path) -> Path:
 
         return init_tiny(out)
     from sparring.models import resolve_model
+    from sparring.tracking import connect, resolve_model_uri
 
-    local = resolve_model(cfg.model)
+    ref = cfg.model
+    if ref.startswith("models:/"):  # look it up in this pipeline's registry
+        ref = resolve_model_uri(ref, connect(cfg.tracking))
+    local = resolve_model(ref)
     if Path(local).is_dir():
         shutil.copytree(local, out, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".complete"))
     else:  # a hub name: fetch the snapshot once, so every task loads the same files

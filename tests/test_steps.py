@@ -34,17 +34,22 @@ def registered(cfg: PipelineConfig) -> list:
 METRICS = {"eval/selfplay/all/normalized_reward": 0.5, "rollout/normalized_reward": 0.25}
 
 
-def test_register_then_load_back(cfg, tiny_model_dir, tmp_path):
+def test_register_then_load_back(cfg, tiny_model_dir, tmp_path, monkeypatch):
     parent = PipelineRun.start(cfg.tracking, "r").run_id
     done = steps.register(cfg, parent, "r", 0, str(tiny_model_dir), METRICS)
     assert done.checkpoint_uri == f"{cfg.storage.root}/r/0/checkpoint"
     assert (done.version, done.champion_version) == ("1", "1")
     storage.verify(done.checkpoint_uri, deep=True)
     # models:/ -> the version's S3 source -> a verified local copy (cached by URI)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", cfg.tracking.tracking_uri)
     local = Path(resolve_model(f"models:/{cfg.registered_model}@champion", tmp_path / "cache"))
     assert local.parent == tmp_path / "cache"
     files = sorted(p.name for p in local.iterdir() if p.name != ".complete")
     assert files == sorted(p.name for p in tiny_model_dir.iterdir())
+    # the pipeline's first step does the same with the config's registry
+    first = cfg.model_copy(update={"model": f"models:/{cfg.registered_model}@champion"})
+    steps.initial_model(first, tmp_path / "m0")
+    assert (tmp_path / "m0" / "model.safetensors").exists()
 
 
 @pytest.mark.parametrize("fault", ["wrong_credentials", "unreachable"])
