@@ -1,0 +1,66 @@
+"""verl dataset rows for online self-play: one row per (initial state, focal seat).
+
+verl gives every dataset row a fresh `uid` and generates it `rollout.n` times, and stock GRPO
+groups by `uid`. A row per (state, seat) therefore makes each GRPO group "same initial state,
+same seat", with group size `rollout.n`: the `init` key of the pipeline's own rollout, split by
+seat. Columns (what verl's RLHFDataset and agent-loop worker read):
+    data_source   "sparring/<game>"
+    prompt        the focal seat's opening chat messages (verl's `raw_prompt`; the loop renders
+                  its own tokens, this only has to fit data.max_prompt_length)
+    agent_name    "sparring_selfplay" (the registered loop)
+    extra_info    {game, game_params (JSON), state (JSON), init_id, seat, role, group_key}
+    reward_model  {style: "sparring", ground_truth: ""} (unused: the loop sets reward_score)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from sparring.games import make_game
+from sparring.verl_backend.agent_loop import AGENT_NAME
+
+GROUP_KEYS = ("init_seat", "role", "country")
+
+
+def selfplay_rows(
+    inits: list[tuple[str, dict[str, Any]]], game_name: str, game_params: dict[str, Any],
+    group_key: str = "init_seat",
+) -> pd.DataFrame:  # fmt: skip
+    """One row per (initial state, seat); `group_key` names the label the `sparring_grpo`
+    estimator groups by (`init_seat` = stock GRPO; `role` / `country` pool across states)."""
+    if group_key not in GROUP_KEYS:
+        raise ValueError(f"unknown verl group_key {group_key!r}; choose one of {GROUP_KEYS}")
+    rows = []
+    for init_id, state in inits:
+        game = make_game(game_name, **game_params)
+        game.reset(state)
+        for seat in range(game.num_seats):
+            keys = {"init_seat": f"{init_id}/{seat}", "role": game.roles[seat]}
+            if hasattr(game, "group_keys"):
+                keys |= game.group_keys(seat)
+            if group_key not in keys:
+                raise ValueError(f"{game_name} has no `{group_key}` group key (has {sorted(keys)})")
+            rows.append({
+                "data_source": f"sparring/{game_name}",
+                "prompt": game.messages(seat),
+                "agent_name": AGENT_NAME,
+                "extra_info": {
+                    "game": game_name, "game_params": json.dumps(game_params),
+                    "state": json.dumps(state), "init_id": init_id, "seat": seat,
+                    "role": game.roles[seat], "group_key": str(keys[group_key]),
+                },
+                "reward_model": {"style": "sparring", "ground_truth": ""},
+            })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def write_rows(df: pd.DataFrame, path: str | Path) -> Path:
+    """Write rows to parquet for `data.train_files` / `data.val_files`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    df.to_parquet(path, index=False)
+    return path
