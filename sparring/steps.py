@@ -176,7 +176,8 @@ def train(
 
     tcfg = cfg.train.model_copy(update={"group_key": group_key, "device": cfg.device})
     try:
-        return grpo_train(model_dir, [samples], out_dir, tcfg, ref_model_dir).metrics
+        ref = ref_model_dir if tcfg.kl_coef > 0 else None  # the reference only matters for KL
+        return grpo_train(model_dir, [samples], out_dir, tcfg, ref).metrics
     except NoSignalError as e:  # every group tied: no gradient, so the policy stays as it was
         log(f"train: no learning signal, checkpoint unchanged ({e})")
         shutil.copytree(model_dir, out_dir, dirs_exist_ok=True)
