@@ -133,7 +133,9 @@ def run_local(cfg: PipelineConfig, workdir: str | Path = "runs", verbose: bool =
     log_path = workdir / run_name / "kfp.log"
     with local_services(cfg.model_copy(update={"run_name": run_name}), workdir) as (cfg, s3_dir):
         # kfp warns that our image is "non-Python": it is ours, and this Python has it installed.
+        # It also warns that display names and K8s settings are ignored: that is expected.
         warnings.filterwarnings("ignore", message=".*non-Python base image.*")
+        warnings.filterwarnings("ignore", message=".*have no effect in the current local runner.*")
         local.init(
             runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(workdir / "kfp")
         )
