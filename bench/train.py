@@ -1,0 +1,122 @@
+"""Cost of one GRPO update relative to a bare forward+backward over the same tokens.
+
+    .venv/bin/python bench/train.py                     # ~7M-param Qwen2, 8 x ~512 tokens, CPU
+    .venv/bin/python bench/train.py --model runs/tiny --batch 2 --seq-len 64 --repeats 1
+
+Both sides run the same model over the same micro-batches in one process, interleaved, and the
+median of `--repeats` rounds is compared. Time is the process's CPU time on `--threads` torch
+threads (default 1): on a shared machine wall time mostly measures the neighbours, so it is
+printed too but not used for the RESULT. The bare step is HF's next-token loss, forward and
+backward, nothing else. The GRPO step is `sparring.train.grpo_update` on the same rows: old
+log-probs, verl advantages (computed once, as in `train`), verl's clipped loss over the masked
+tokens, grad clipping and the AdamW step. With one mini-batch and one epoch (on-policy) the old
+log-probs come from the step's own forward. KL on is timed twice: reference = the start
+weights (no extra pass, `train`'s default) and a separate reference model (one no-grad
+forward). The last line is `RESULT grpo_step_ratio <GRPO time / bare time>` with KL off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from sparring.tiny_model import TinyModelConfig, init_tiny
+from sparring.train import TrainConfig, advantages_for, collate, grpo_update, load_model
+
+CPU_MODEL = TinyModelConfig(hidden_size=256, num_layers=6, num_heads=4, num_kv_heads=4,
+                            intermediate_size=1024)  # fmt: skip
+
+
+def samples(n: int, seq_len: int, vocab: int, seed: int = 0) -> pd.DataFrame:
+    """Rollout-shaped rows: lengths 75-100% of seq_len, alternating 40-token scaffolding and
+    60-token replies (mask 1), the reward on the last reply token, games of two seats."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        t = int(rng.integers(int(0.75 * seq_len), seq_len + 1))
+        mask = [int(j % 100 >= 40) for j in range(t)]
+        end = max(j for j, m in enumerate(mask) if m)
+        rewards = [0.0] * t
+        rewards[end] = float(rng.random())
+        rows.append({"game": f"g{i // 2}", "input_ids": rng.integers(3, vocab, t).tolist(),
+                     "assistant_mask": mask[: end + 1] + [0] * (t - end - 1),
+                     "token_rewards": rewards})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def bare_step(model, batch, micro: int) -> None:
+    """Forward + backward of HF's causal-LM loss over the same micro-batches."""
+    model.zero_grad(set_to_none=True)
+    for i in range(0, len(batch), micro):
+        mb = batch.select(list(range(i, min(i + micro, len(batch)))))
+        model(input_ids=mb.input_ids, attention_mask=mb.attention_mask,
+              labels=mb.input_ids).loss.backward()  # fmt: skip
+
+
+def timed(fn) -> tuple[float, float]:
+    """(CPU seconds of this process, wall seconds) spent in `fn()`."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    fn()
+    return time.process_time() - cpu, time.perf_counter() - wall
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--model", help="Existing checkpoint (default: build the CPU bench model).")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--micro-batch", type=int, default=4)
+    ap.add_argument("--seq-len", type=int, default=512)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(args.model) if args.model else init_tiny(tmp, CPU_MODEL)
+        model, ref = load_model(path, device), load_model(path, device, trainable=False)
+        vocab = model.config.vocab_size
+        params = sum(p.numel() for p in model.parameters())
+    df = samples(args.batch, args.seq_len, vocab)
+    batch = collate(df, pad_id=0)
+    cfg = TrainConfig(group_key="game", lr=1e-6, mini_batch_size=args.batch,
+                      micro_batch_size=min(args.micro_batch, args.batch))  # fmt: skip
+    kl_cfg = cfg.model_copy(update={"kl_coef": 0.05})
+    advantages, _ = advantages_for(df, batch, cfg)
+    steps = {
+        "bare fwd+bwd": lambda: bare_step(model, batch.to(device), cfg.micro_batch_size),
+        "grpo, KL off": lambda: grpo_update(model, batch, advantages, cfg, device),
+        "grpo, KL on (ref = start weights)": lambda: grpo_update(model, batch, advantages,
+                                                                 kl_cfg, device),
+        "grpo, KL on (separate ref model)": lambda: grpo_update(model, batch, advantages, kl_cfg,
+                                                                device, ref),
+    }  # fmt: skip
+    for fn in steps.values():  # warm-up
+        fn()
+    times = {name: [] for name in steps}
+    for _ in range(args.repeats):
+        for name, fn in steps.items():
+            times[name].append(timed(fn))
+    cpu = {name: statistics.median(t[0] for t in ts) for name, ts in times.items()}
+    wall = {name: statistics.median(t[1] for t in ts) for name, ts in times.items()}
+    tokens = int(batch.attention_mask.sum())
+    print(f"model {params / 1e6:.1f}M params on {device}, {args.threads} thread(s); batch "
+          f"{args.batch} x <= {args.seq_len} tokens ({tokens} tokens, "
+          f"{int(batch.response_mask.sum())} trained), micro-batch {cfg.micro_batch_size}, "
+          f"median of {args.repeats}")  # fmt: skip
+    bare = "bare fwd+bwd"
+    for name in steps:
+        print(f"  {name:<34} cpu {cpu[name]:7.3f} s  ratio {cpu[name] / cpu[bare]:.3f}   "
+              f"wall {wall[name]:7.3f} s  ratio {wall[name] / wall[bare]:.3f}")  # fmt: skip
+    print(f"RESULT grpo_step_ratio {cpu['grpo, KL off'] / cpu[bare]:.3f}")
+
+
+if __name__ == "__main__":
+    main()
