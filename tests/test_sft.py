@@ -1,0 +1,55 @@
+"""SFT warm start: loss only on the seat's own tokens, through the trainer's data path."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+from sample_frames import make_samples
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from sparring import grpo
+from sparring.sft import sft, sft_loss
+from sparring.train import TrainConfig, collate, load_model, token_log_probs
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir):
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+def test_sft_loss_ignores_tokens_outside_the_assistant_mask(tokenizer):
+    batch = collate(make_samples(tokenizer, [0.0, 1.0]), tokenizer.pad_token_id)
+    b, t = batch.input_ids.shape
+    logits = torch.randn(b, t, len(tokenizer), requires_grad=True)  # (B, T, V)
+    model = lambda **kw: SimpleNamespace(logits=logits)  # noqa: E731  (a fixed "model")
+    config = grpo.actor_config(0.2, None, "token-mean")
+    grpo.set_global_batch(config, batch.response_mask)
+    loss, _ = sft_loss(model, batch, [0, 1], config)
+    loss.backward()
+    # logits at t predict token t+1: they matter only where response_mask[:, t] is 1
+    masked = batch.response_mask == 0  # (B, T-1)
+    assert (logits.grad[:, :-1][masked] == 0).all() and (logits.grad[:, -1] == 0).all()
+    assert (logits.grad[:, :-1][~masked] != 0).any()
+
+
+def test_sft_learns_the_replies_and_saves_a_checkpoint(tiny_model_dir, tokenizer, tmp_path):
+    df = make_samples(tokenizer, [0.0] * 4).assign(policy="matching-scripted")
+    df.to_parquet(tmp_path / "scripted.parquet")
+    cfg = TrainConfig(lr=3e-3, epochs=3, mini_batch_size=4, micro_batch_size=2)
+    stats = sft(tiny_model_dir, [tmp_path / "scripted.parquet"], tmp_path / "sft", cfg)
+    batch = collate(df, tokenizer.pad_token_id)
+
+    def nll(model) -> float:
+        with torch.no_grad():
+            log_prob, _ = token_log_probs(model, batch)  # (B, T-1)
+        return float(-(log_prob * batch.response_mask).sum() / batch.response_mask.sum())
+
+    before = nll(load_model(tiny_model_dir, torch.device("cpu")))
+    after = nll(AutoModelForCausalLM.from_pretrained(stats.out_dir))
+    assert after < before - 0.5  # every row trained although none was played by "policy"
+    metrics = json.loads((stats.out_dir / "metrics.json").read_text())
+    assert metrics["train/optimizer_steps"] == 3 and metrics["train/samples"] == 4
+    assert AutoTokenizer.from_pretrained(stats.out_dir).eos_token == "<|im_end|>"
