@@ -50,6 +50,7 @@ def _accelerated(task: dsl.PipelineTask, gpus: int, k8s: KubernetesSettings) -> 
 
 def build_pipeline(cfg: PipelineConfig):
     """The self-play pipeline function for `cfg` (compile it, run it locally or submit it)."""
+    cfg.train_config(), cfg.train_config(warm_start=True)  # fail now, not in a train task
     k8s = cfg.kubernetes
     c = make_components(k8s)
 

@@ -23,7 +23,6 @@ from sparring.game_init import GameInitConfig
 from sparring.rollout import RolloutConfig
 from sparring.storage import StorageConfig
 from sparring.tracking import TrackingConfig
-from sparring.train import TrainConfig
 
 # The runtime images, as images/build.sh tags them: <repository>:<version>-cpu|-gpu.
 IMAGE_REPOSITORY = "ghcr.io/sparring/sparring"
@@ -44,7 +43,7 @@ class WarmStart(_Strict):
 
     agent: str = "matching-scripted"  # scripted agent that plays every seat
     num_states: int = Field(32, ge=1)  # train initial states it plays (once each)
-    train: TrainConfig = Field(default_factory=TrainConfig)  # SFT settings (loss, lr, epochs)
+    train: dict[str, Any] = Field(default_factory=dict)  # SFT settings: TrainConfig fields
 
 
 class StorageSettings(_Strict):
@@ -102,7 +101,7 @@ class PipelineConfig(_Strict):
     device: str = "auto"  # cpu, cuda or auto
     game_init: GameInitConfig = Field(default_factory=GameInitConfig)  # state counts and seed
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)  # iteration i samples with seed+i
-    train: TrainConfig = Field(default_factory=TrainConfig)  # GRPO settings
+    train: dict[str, Any] = Field(default_factory=dict)  # GRPO settings: TrainConfig fields
     eval: EvalConfig = Field(default_factory=EvalConfig)  # modes, val games, sampling
     storage: StorageSettings = Field(default_factory=StorageSettings)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)  # MLflow URI + experiment
@@ -135,6 +134,21 @@ class PipelineConfig(_Strict):
         ):
             raise ValueError(f"champion_metric {self.champion_metric!r} must be an eval/* metric")
         return self
+
+    def train_config(self, warm_start: bool = False, **overrides: Any):  # -> TrainConfig
+        """`train` (or `warm_start.train`) as a validated `sparring.train.TrainConfig`.
+
+        The train sections stay plain dicts so that tasks which never train don't import the
+        trainer (and verl: seconds per task); `build_pipeline` validates both up front.
+        """
+        from sparring.train import TrainConfig
+
+        section = self.warm_start.train if warm_start and self.warm_start else self.train
+        name = "warm_start.train" if warm_start else "train"
+        try:
+            return TrainConfig.model_validate({**section, **overrides})
+        except ValueError as e:
+            raise ValueError(f"invalid {name} section of the pipeline config:\n{e}") from e
 
     @property
     def states_per_iteration(self) -> int:

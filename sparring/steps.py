@@ -127,7 +127,7 @@ def warm_start(
     )
     with tempfile.TemporaryDirectory() as tmp:
         samples = write_outputs(result, tmp)["samples"]
-        tcfg = ws.train.model_copy(update={"device": cfg.device})
+        tcfg = cfg.train_config(warm_start=True, device=cfg.device)
         return sft(model_dir, [samples], out_dir, tcfg).metrics
 
 
@@ -174,7 +174,7 @@ def train(
     from sparring.train import NoSignalError
     from sparring.train import train as grpo_train
 
-    tcfg = cfg.train.model_copy(update={"group_key": group_key, "device": cfg.device})
+    tcfg = cfg.train_config(group_key=group_key, device=cfg.device)
     try:
         ref = ref_model_dir if tcfg.kl_coef > 0 else None  # the reference only matters for KL
         return grpo_train(model_dir, [samples], out_dir, tcfg, ref).metrics

@@ -9,7 +9,6 @@ import pytest
 import yaml
 from click.testing import CliRunner
 from pydantic import ValidationError
-from sparring.pipelines.selfplay import compile_pipeline
 
 from sparring.cli import main
 from sparring.pipeline_config import CONFIG_DIR, PipelineConfig
@@ -18,41 +17,39 @@ ROOT = Path(__file__).resolve().parent.parent
 GPU_CONFIG = CONFIG_DIR / "pipeline-gpu.yaml"
 
 
-def compiled(cfg: PipelineConfig, tmp_path: Path) -> tuple[dict, dict]:
-    """(pipeline spec, platform spec) of the compiled YAML."""
-    docs = list(
-        yaml.safe_load_all(Path(compile_pipeline(cfg, str(tmp_path / "p.yaml"))).read_text())
-    )
-    platform = docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"] if docs[1:] else {}
-    return docs[0], platform
+@pytest.fixture(scope="module")
+def gpu_yaml(tmp_path_factory) -> Path:
+    """configs/pipeline-gpu.yaml compiled by `sparring compile` (once: ~1 s per iteration)."""
+    out = tmp_path_factory.mktemp("compile") / "selfplay.yaml"
+    result = CliRunner().invoke(main, ["compile", "--config", str(GPU_CONFIG), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
 
 
 def executors_of(spec: dict, prefix: str) -> list[str]:
     """Executor labels of the DAG tasks whose component name starts with `comp-<prefix>`."""
     tasks = spec["root"]["dag"]["tasks"].values()
-    comps = [
-        t["componentRef"]["name"]
-        for t in tasks
-        if t["componentRef"]["name"].startswith(f"comp-{prefix}")
-    ]
-    return [spec["components"][c]["executorLabel"] for c in comps]
+    names = [t["componentRef"]["name"] for t in tasks]
+    return [spec["components"][c]["executorLabel"] for c in names if c.startswith(f"comp-{prefix}")]
 
 
 @pytest.mark.parametrize("path", sorted(CONFIG_DIR.glob("pipeline*.yaml")), ids=lambda p: p.name)
-def test_shipped_configs_validate_and_compile(path, tmp_path):
+def test_shipped_configs_validate(path):
     cfg = PipelineConfig.from_yaml(path)
-    spec, _ = compiled(cfg, tmp_path)
-    assert len(executors_of(spec, "rollout")) == cfg.iterations
+    cfg.train_config(), cfg.train_config(warm_start=True)
 
 
-def test_gpu_pipeline(tmp_path):
-    cfg = PipelineConfig.from_yaml(GPU_CONFIG).model_copy(update={"iterations": 3})
+def test_gpu_pipeline(gpu_yaml):
+    cfg = PipelineConfig.from_yaml(GPU_CONFIG)
     k8s = cfg.kubernetes
-    spec, platform = compiled(cfg, tmp_path)
+    spec, platform_doc = yaml.safe_load_all(gpu_yaml.read_text())
+    platform = platform_doc["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
     containers = spec["deploymentSpec"]["executors"]
     gpu_steps = ["rollout", "train", "evaluate"]
     for step in ["start", "game-init", "initial-model", *gpu_steps, "register", "finish"]:
-        for label in executors_of(spec, step):
+        labels = executors_of(spec, step)
+        assert len(labels) == (cfg.iterations if step in [*gpu_steps, "register"] else 1)
+        for label in labels:
             container = containers[label]["container"]
             env = platform[label]["secretAsEnv"][0]
             assert env["secretName"] == k8s.s3_secret
@@ -79,20 +76,16 @@ def test_gpu_pipeline(tmp_path):
                 assert "accelerator" not in container.get("resources", {})
                 assert "nodeSelector" not in platform[label]
     tasks = spec["root"]["dag"]["tasks"]
-    assert sum(name.startswith("register") for name in tasks) == 3
     assert all(t["retryPolicy"]["maxRetryCount"] == k8s.retries for t in tasks.values())
     assert all(t["cachingOptions"].get("enableCache", False) is False for t in tasks.values())
     params = spec["root"]["inputDefinitions"]["parameters"]
     assert set(params) == {"config", "games_per_iteration", "group_key"}
-    assert PipelineConfig.model_validate_json(params["config"]["defaultValue"]).iterations == 3
+    assert PipelineConfig.model_validate_json(params["config"]["defaultValue"]) == cfg
 
 
-def test_committed_yaml_is_current(tmp_path):
-    out = tmp_path / "selfplay.yaml"
-    result = CliRunner().invoke(main, ["compile", "--config", str(GPU_CONFIG), "-o", str(out)])
-    assert result.exit_code == 0, result.output
+def test_committed_yaml_is_current(gpu_yaml):
     committed = ROOT / "pipelines" / "selfplay.yaml"
-    assert list(yaml.safe_load_all(out.read_text())) == list(
+    assert list(yaml.safe_load_all(gpu_yaml.read_text())) == list(
         yaml.safe_load_all(committed.read_text())
     ), (
         "pipelines/selfplay.yaml is stale: sparring compile --config configs/pipeline-gpu.yaml "
@@ -112,6 +105,14 @@ def test_committed_yaml_is_current(tmp_path):
 def test_config_errors_name_the_fix(override, message):
     with pytest.raises(ValidationError, match=message):
         PipelineConfig.model_validate({"game_params": {"k": 3}, **override})
+
+
+def test_train_sections_are_checked_at_build_time():
+    from sparring.pipelines.selfplay import build_pipeline
+
+    cfg = PipelineConfig.model_validate({"warm_start": {"train": {"lr": -1}}})
+    with pytest.raises(ValueError, match="invalid warm_start.train section"):
+        build_pipeline(cfg)
 
 
 def test_game_is_set_once():
