@@ -98,6 +98,16 @@ def set_global_batch(config: ActorConfig, response_mask: torch.Tensor) -> None:
     )
 
 
+def aggregate(
+    loss_mat: torch.Tensor,  # (B, T)
+    response_mask: torch.Tensor,  # (B, T)
+    config: ActorConfig,
+) -> torch.Tensor:
+    """verl's `agg_loss` of a per-token loss, normalised by the mini-batch (`set_global_batch`)."""
+    return core_algos.agg_loss(loss_mat, response_mask, config.loss_agg_mode,
+                               **config.global_batch_info)  # fmt: skip
+
+
 def policy_loss(
     log_prob: torch.Tensor,  # (B, T)
     old_log_prob: torch.Tensor,  # (B, T)
@@ -123,7 +133,7 @@ def kl_loss(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """KL(policy || reference) via verl's `kl_penalty` + `agg_loss`: (loss, masked mean KL)."""
     kl = core_algos.kl_penalty(log_prob, ref_log_prob, kl_penalty=kl_type)  # (B, T)
-    loss = core_algos.agg_loss(kl, response_mask, config.loss_agg_mode, **config.global_batch_info)
+    loss = aggregate(kl, response_mask, config)
     mean = (kl * response_mask).sum() / response_mask.sum().clamp(min=1)
     return loss, mean.detach()
 

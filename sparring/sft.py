@@ -5,7 +5,8 @@
 The default data is scripted-agent self-play (`sparring rollout --seats
 matching-scripted,matching-scripted --tokenizer <model>`), which teaches a tiny model the
 protocol before RL. It reuses the trainer's data path (`sparring.train`): samples loading,
-collation, log-probs, mini/micro-batching with verl's `agg_loss`, and the checkpoint format.
+collation, log-probs, mini/micro-batching with verl's `agg_loss` (`grpo.aggregate`), and the
+checkpoint format.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from pathlib import Path
 
 import torch
 from transformers import AutoTokenizer
-from verl.trainer.ppo import core_algos
 
+from sparring import grpo
 from sparring.generation.hf import pick_device
 from sparring.train import (
     Batch,
@@ -34,8 +35,7 @@ from sparring.train import (
 def sft_loss(model, mb: Batch, rows: list[int], actor_cfg) -> tuple[torch.Tensor, dict]:
     """Negative log-likelihood of the masked tokens, aggregated over the whole mini-batch."""
     log_prob, _ = token_log_probs(model, mb)  # (b, T-1)
-    nll = core_algos.agg_loss(-log_prob, mb.response_mask, actor_cfg.loss_agg_mode,
-                              **actor_cfg.global_batch_info)  # fmt: skip
+    nll = grpo.aggregate(-log_prob, mb.response_mask, actor_cfg)
     mean_nll = -(log_prob.detach() * mb.response_mask).sum() / mb.response_mask.sum()
     return nll, {"nll": mean_nll}
 

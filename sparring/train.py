@@ -350,9 +350,7 @@ def grpo_update(
             kl, diag["kl"] = grpo.kl_loss(log_prob, ref, mb.response_mask, cfg.kl_type, actor_cfg)
             loss = loss + cfg.kl_coef * kl
         if cfg.entropy_coef > 0:
-            ent = grpo.core_algos.agg_loss(entropy, mb.response_mask, cfg.loss_agg_mode,
-                                           **actor_cfg.global_batch_info)  # fmt: skip
-            loss = loss - cfg.entropy_coef * ent
+            loss = loss - cfg.entropy_coef * grpo.aggregate(entropy, mb.response_mask, actor_cfg)
         diag["entropy"] = (entropy.detach() * mb.response_mask).sum() / mb.response_mask.sum()
         return loss, diag
 

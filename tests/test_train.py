@@ -62,8 +62,10 @@ def test_bad_configs_fail_clearly(overrides, message):
 
 def test_bad_samples_fail_clearly(tiny_model_dir, tokenizer, tmp_path):
     df = make_samples(tokenizer, [1.0, 0.0, 0.5, 0.5])
-    run = lambda df, **kw: train(tiny_model_dir, [write(df, tmp_path)], tmp_path / "out",  # noqa: E731
-                                 TrainConfig(**kw))  # fmt: skip
+
+    def run(df, **kw):
+        return train(tiny_model_dir, [write(df, tmp_path)], tmp_path / "out", TrainConfig(**kw))
+
     with pytest.raises(ValueError, match=r"lack columns \['assistant_mask'\]"):
         run(df.drop(columns="assistant_mask"))
     with pytest.raises(ValueError, match="empty"):
@@ -124,7 +126,8 @@ def test_gradient_accumulation_matches_one_big_micro_batch(tiny_model_dir, token
 
 def test_checkpoint_loads_back_with_metrics(tiny_model_dir, tokenizer, tmp_path):
     df = make_samples(tokenizer, [1.0, 0.0, 0.2, 0.8, 0.5, 0.5, 0.1, 0.9])
-    cfg = TrainConfig(lr=1e-3, epochs=2, mini_batch_size=4, micro_batch_size=2, kl_coef=0.05)
+    cfg = TrainConfig(lr=1e-3, epochs=2, mini_batch_size=4, micro_batch_size=2, kl_coef=0.05,
+                      entropy_coef=0.01, loss_agg_mode="seq-mean-token-mean")  # fmt: skip
     stats = train(tiny_model_dir, [write(df, tmp_path)], tmp_path / "ckpt", cfg, tiny_model_dir)
     out = stats.out_dir
     assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()

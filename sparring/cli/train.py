@@ -18,7 +18,7 @@ def trainer_options(f: Callable) -> Callable:
     options = [
         click.option("--config", type=click.Path(exists=True, dir_okay=False),
                      help="YAML TrainConfig (see configs/train.yaml)."),
-        click.option("--model", required=True, help="Start checkpoint: path, hub name, s3:// or models:/."),
+        click.option("--model", required=True, help="Start checkpoint (path, hub, s3://, models:/)."),
         click.option("--samples", required=True, multiple=True, type=click.Path(exists=True),
                      help="Samples parquet from `sparring rollout` (repeatable)."),
         click.option("--out", required=True, type=click.Path(file_okay=False),
