@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from sparring import storage
-from sparring.local_run import run_local
+from sparring.local_run import format_summary, run_local
 from sparring.pipeline_config import PipelineConfig
 from sparring.tracking import connect
 
@@ -80,6 +80,8 @@ def test_two_iterations_end_to_end(s3_env, tiny_model_dir, tmp_path):
     # the compute the steps report (what bench/pipeline.py divides by the wall time)
     assert result.compute["perf/rollout_seconds"] > 0 and result.compute["perf/eval_seconds"] > 0
     assert 0 < result.overhead < 1
+    summary = format_summary(result, cfg.champion_metric)
+    assert f"champion: v{best.version} ({best.source})" in summary and uris[1] in summary
 
 
 def test_wrong_s3_credentials_fail_clearly_and_register_nothing(s3_env, tmp_path, monkeypatch):
