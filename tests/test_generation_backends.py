@@ -289,3 +289,25 @@ def test_build_policies_picks_the_configured_backend(tiny_model_dir, hf, tokeniz
     assert policies["policy"].base_url == "http://127.0.0.1:1" and policies["policy"].retries == 0
     assert isinstance(build_policies(str(tiny_model_dir), None, "cpu")["policy"], HFBackend)
     assert isinstance(make_backend(str(tiny_model_dir), BackendConfig(), "cpu"), HFBackend)
+
+
+def test_cli_rollout_generates_through_the_configured_server(hf, tiny_model_dir, tmp_path):
+    from click.testing import CliRunner
+
+    from sparring.cli import main
+    from sparring.game_init import GameInitConfig, write_inits
+
+    inits = write_inits(GameInitConfig(game_params={"k": 3}, num_train=2, num_val=1), tmp_path / "i")
+    app = _Server(hf)
+    with serve(app) as url:
+        (tmp_path / "ro.yaml").write_text(
+            f"game_params: {{k: 3, max_turns: 2}}\nsampling: {{max_new_tokens: 6}}\n"
+            f"backend: {{name: openai, base_url: '{url}', retries: 0}}\n"
+        )
+        res = CliRunner().invoke(main, ["rollout", "--config", str(tmp_path / "ro.yaml"),
+                                        "--model", str(tiny_model_dir), "--inits",
+                                        str(inits["train"]), "--out", str(tmp_path / "ro")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    games = [json.loads(line) for line in (tmp_path / "ro/games.jsonl").read_text().splitlines()]
+    model_turns = sum(len(g["transcript"]) for g in games)
+    assert len(games) == 4 and len(app.requests) >= model_turns > 0  # 2 states x 2 plays
