@@ -152,7 +152,9 @@ def rollout(
     sampling = cfg.rollout.sampling
     seed = None if sampling.seed is None else sampling.seed + iteration
     rcfg = cfg.rollout.model_copy(update={"sampling": sampling.model_copy(update={"seed": seed})})
-    policies = build_policies(model_dir, rcfg.seats, cfg.device, rcfg.max_batch_size, backend=rcfg.backend)
+    policies = build_policies(
+        model_dir, rcfg.seats, cfg.device, rcfg.max_batch_size, backend=rcfg.backend
+    )
     result = play(chosen, policies, rcfg, progress=False)
     paths = write_outputs(result, out_dir)
     _upload(cfg, out_dir, _uri(cfg, run_name, iteration, "rollout"))

@@ -297,7 +297,9 @@ def test_cli_rollout_generates_through_the_configured_server(hf, tiny_model_dir,
     from sparring.cli import main
     from sparring.game_init import GameInitConfig, write_inits
 
-    inits = write_inits(GameInitConfig(game_params={"k": 3}, num_train=2, num_val=1), tmp_path / "i")
+    inits = write_inits(
+        GameInitConfig(game_params={"k": 3}, num_train=2, num_val=1), tmp_path / "i"
+    )
     app = _Server(hf)
     with serve(app) as url:
         (tmp_path / "ro.yaml").write_text(

@@ -41,7 +41,9 @@ def command(config, game, model, inits, out, limit, games_per_init, seats, param
     cfg = load_config(RolloutConfig, config, overrides)
     cfg.game_params.update(parse_params(params))
     model_path = resolve_model(model) if model else None
-    policies = build_policies(model_path, cfg.seats, device, cfg.max_batch_size, backend=cfg.backend)
+    policies = build_policies(
+        model_path, cfg.seats, device, cfg.max_batch_size, backend=cfg.backend
+    )
     scripted_tok = None
     if tokenizer:
         from transformers import AutoTokenizer
