@@ -1,6 +1,6 @@
 """KFP components that open and close a pipeline run (see sparring.steps.start / finish)."""
 
-from kfp.dsl import Markdown, Output, OutputPath
+from kfp.dsl import Markdown, Output, OutputPath, PipelineTaskFinalStatus
 
 
 def start(config: str, job_name: str, run_name: OutputPath(str), parent_run_id: OutputPath(str)):
@@ -21,19 +21,21 @@ def start(config: str, job_name: str, run_name: OutputPath(str), parent_run_id: 
             f.write(value)
 
 
-def finish(config: str, parent_run_id: str, run_name: str, summary: Output[Markdown]):
-    """End the MLflow parent run; write the reward-per-iteration table.
+def finish(config: str, job_name: str, status: PipelineTaskFinalStatus, summary: Output[Markdown]):
+    """The pipeline's exit handler: end the MLflow parent run (FAILED if any task failed) and
+    write the reward-per-iteration table.
 
     Args:
         config: the PipelineConfig as JSON.
-        parent_run_id: from `start`.
-        run_name: from `start`.
+        job_name: the KFP job name (the run name unless the config sets one, as in `start`).
+        status: the pipeline's final status, filled in by KFP.
         summary: a Markdown table of every iteration and the champion.
     """
     from sparring import steps
     from sparring.pipeline_config import PipelineConfig
 
-    text = steps.finish(PipelineConfig.model_validate_json(config), parent_run_id, run_name)
+    cfg = PipelineConfig.model_validate_json(config)
+    text = steps.finish(cfg, job_name, failed=status.state != "SUCCEEDED")
     with open(summary.path, "w") as f:
         f.write(text)
     print(text)

@@ -67,43 +67,50 @@ def build_pipeline(cfg: PipelineConfig):
         games_per_iteration: int = cfg.games_per_iteration,
         group_key: str = cfg.group_key,
     ):
-        start = task(c.start, "start", config=config, job_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
-        run_name, parent = start.outputs["run_name"], start.outputs["parent_run_id"]
-        inits = task(c.game_init, "game-init", config=config, run_name=run_name).outputs["inits"]
-        model = task(c.initial_model, "initial-model", config=config).outputs["model"]
-        if cfg.warm_start:
-            warm = task(
-                c.warm_start, "warm-start", k8s.train_gpus, config=config, base=model, inits=inits
-            )
-            model = warm.outputs["model"]
-        reference, last_register = model, None
-        for i in range(cfg.first_iteration, cfg.first_iteration + cfg.iterations):
-            ro = task(
-                c.rollout, f"rollout-{i}", k8s.rollout_gpus, config=config, model=model,
-                inits=inits, iteration=i, games=games_per_iteration, run_name=run_name,
-            )  # fmt: skip
-            tr = task(
-                c.train, f"train-{i}", k8s.train_gpus, config=config, model=model,
-                reference=reference, samples=ro.outputs["samples"], group_key=group_key,
-            )  # fmt: skip
-            ev = task(
-                c.evaluate, f"evaluate-{i}", k8s.eval_gpus, config=config,
-                model=tr.outputs["trained"], previous=model, inits=inits, iteration=i,
-                run_name=run_name,
-            )  # fmt: skip
-            rg = task(
-                c.register, f"register-{i}", config=config, model=tr.outputs["trained"],
-                iteration=i, run_name=run_name, parent_run_id=parent,
-                samples=ro.outputs["samples"], evaluation=ev.outputs["evaluation"],
-                rollout_metrics=ro.outputs["metrics"], train_metrics=tr.outputs["metrics"],
-                eval_metrics=ev.outputs["metrics"],
-            )  # fmt: skip
-            if last_register is not None:
-                rg.after(last_register)  # champion decisions in iteration order
-            model, last_register = tr.outputs["trained"], rg
-        task(c.finish, "finish", config=config, parent_run_id=parent, run_name=run_name).after(
-            last_register
-        )
+        job = dsl.PIPELINE_JOB_NAME_PLACEHOLDER
+        finish = task(c.finish, "finish", config=config, job_name=job)
+        with dsl.ExitHandler(finish, name="iterations"):  # finish runs even if a task fails
+            start = task(c.start, "start", config=config, job_name=job)
+            run_name, parent = start.outputs["run_name"], start.outputs["parent_run_id"]
+            inits = task(c.game_init, "game-init", config=config, run_name=run_name).outputs[
+                "inits"
+            ]
+            model = task(c.initial_model, "initial-model", config=config).outputs["model"]
+            if cfg.warm_start:
+                warm = task(
+                    c.warm_start,
+                    "warm-start",
+                    k8s.train_gpus,
+                    config=config,
+                    base=model,
+                    inits=inits,
+                )
+                model = warm.outputs["model"]
+            reference, last_register = model, None
+            for i in range(cfg.first_iteration, cfg.first_iteration + cfg.iterations):
+                ro = task(
+                    c.rollout, f"rollout-{i}", k8s.rollout_gpus, config=config, model=model,
+                    inits=inits, iteration=i, games=games_per_iteration, run_name=run_name,
+                )  # fmt: skip
+                tr = task(
+                    c.train, f"train-{i}", k8s.train_gpus, config=config, model=model,
+                    reference=reference, samples=ro.outputs["samples"], group_key=group_key,
+                )  # fmt: skip
+                ev = task(
+                    c.evaluate, f"evaluate-{i}", k8s.eval_gpus, config=config,
+                    model=tr.outputs["trained"], previous=model, inits=inits, iteration=i,
+                    run_name=run_name,
+                )  # fmt: skip
+                rg = task(
+                    c.register, f"register-{i}", config=config, model=tr.outputs["trained"],
+                    iteration=i, run_name=run_name, parent_run_id=parent,
+                    samples=ro.outputs["samples"], evaluation=ev.outputs["evaluation"],
+                    rollout_metrics=ro.outputs["metrics"], train_metrics=tr.outputs["metrics"],
+                    eval_metrics=ev.outputs["metrics"],
+                )  # fmt: skip
+                if last_register is not None:
+                    rg.after(last_register)  # champion decisions in iteration order
+                model, last_register = tr.outputs["trained"], rg
 
     return selfplay_pipeline
 

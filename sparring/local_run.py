@@ -147,7 +147,8 @@ def run_local(cfg: PipelineConfig, workdir: str | Path = "runs", verbose: bool =
                 build_pipeline(cfg)()
             except RuntimeError as e:
                 raise RuntimeError(
-                    f"{e}\n--- last log lines ({log_path}) ---\n{_tail(log_path)}"
+                    f"{e}\n--- end of the failed task's log ({log_path}) ---\n"
+                    + failed_task_log(log_path.read_text(errors="replace"))
                 ) from e
         client = connect(cfg.tracking)
         experiment = client.get_experiment_by_name(cfg.tracking.experiment)
@@ -177,8 +178,17 @@ def compute_seconds(job_dir: Path) -> dict[str, float]:
     return totals
 
 
-def _tail(path: Path, lines: int = 40) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+def failed_task_log(log: str, lines: int = 40) -> str:
+    """The last `lines` lines of the first failed task's output in a kfp.local log (tasks run
+    one at a time), or of the whole log when no task is marked failed."""
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", log).splitlines()
+    start = 0
+    for i, line in enumerate(plain):
+        if "Executing task" in line:
+            start = i
+        elif re.search(r"Task '[^']+' finished with status FAILURE", line):
+            return "\n".join(plain[max(start, i + 1 - lines) : i + 1])
+    return "\n".join(plain[-lines:])
 
 
 def format_summary(result: LocalRun, champion_metric: str) -> str:

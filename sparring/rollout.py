@@ -289,7 +289,7 @@ def rollout_stats(result: RolloutResult) -> dict[str, float]:
         "perf/rollout_seconds": result.seconds,
         "perf/games_per_second": len(eps) / max(result.seconds, 1e-9),
         "perf/generated_tokens": result.generated_tokens,
-        "perf/tokens_per_second": result.generated_tokens / max(result.seconds, 1e-9),
+        "perf/rollout_tokens_per_second": result.generated_tokens / max(result.seconds, 1e-9),
         "perf/generate_calls": result.generate_calls,
     }
 

@@ -12,7 +12,7 @@ outputs; tests call them directly, without KFP. The spine, per iteration i:
     evaluate      val games: selfplay / vs previous / vs scripted -> <root>/<run>/<i>/eval
     register      upload + verify the checkpoint           -> <root>/<run>/<i>/checkpoint,
                   log the iteration to MLflow, register a model version (`champion` if better)
-    finish        end the parent run; summary of every iteration
+    finish        exit handler: end the parent run (FAILED if a task failed); summary
 
 Every step reports the seconds of its own compute (`perf/*_seconds`) so that the pipeline
 benchmark can tell compute from overhead.
@@ -293,23 +293,40 @@ def register(
 # -- end of the pipeline -----------------------------------------------------------------------
 
 
-def finish(cfg: PipelineConfig, parent_run_id: str, run_name: str) -> str:
-    """End the parent run (unless KFP owns it) and return a Markdown summary of the run."""
+def finish(cfg: PipelineConfig, job_name: str, failed: bool = False) -> str:
+    """End the parent run, FINISHED or (when a task failed) FAILED together with any child run
+    still open, unless KFP owns it; return a Markdown summary of the run. Runs as the
+    pipeline's exit handler, so a failed task never leaves the parent RUNNING."""
     from sparring.tracking import champion, connect
 
+    run_name = cfg.run_name or job_name
     client = connect(cfg.tracking)
-    rows = summary_rows(cfg, parent_run_id, client)
-    champ = champion(cfg.registered_model, client)
+    experiment = client.get_experiment_by_name(cfg.tracking.experiment)
+    found = experiment and client.search_runs(
+        [experiment.experiment_id], f"tags.mlflow.runName = '{run_name}'", max_results=1
+    )
+    if not found:  # `start` failed before it opened the parent run
+        return f"## {run_name}\n\nfailed before the MLflow parent run was opened\n"
+    parent_run_id = found[0].info.run_id
+    status = "FAILED" if failed else "FINISHED"
+    if failed:
+        for child in client.search_runs(
+            [experiment.experiment_id],
+            f"tags.mlflow.parentRunId = '{parent_run_id}' and attributes.status = 'RUNNING'",
+        ):
+            client.set_terminated(child.info.run_id, status)
     kfp_owns = os.environ.get("MLFLOW_RUN_ID") == parent_run_id  # KFP's MLflow plugin ends it
     if client.get_run(parent_run_id).info.status == "RUNNING" and not kfp_owns:
-        client.set_terminated(parent_run_id)
+        client.set_terminated(parent_run_id, status)
+    rows = summary_rows(cfg, parent_run_id, client)
+    champ = champion(cfg.registered_model, client)
     table = "\n".join(
         f"| {r['iteration']} | {r['rollout']:.3f} | {r['score']:.3f} | {r['version']} |"
         for r in rows
     )
     return (
-        f"## {run_name}\n\n| iteration | rollout reward | {cfg.champion_metric} | version |\n"
-        f"|---|---|---|---|\n{table}\n\n"
+        f"## {run_name}: {status}\n\n| iteration | rollout reward | {cfg.champion_metric} | "
+        f"version |\n|---|---|---|---|\n{table}\n\n"
         f"champion: `models:/{cfg.registered_model}@champion` = v{champ.version if champ else '-'} "
         f"({champ.source if champ else 'none'})\n"
     )

@@ -257,7 +257,7 @@ def optimize(model, batch: Batch, plan: list[list[int]], cfg: TrainConfig, devic
         "train/grad_norm": float(np.mean(norms)),
         "train/optimizer_steps": float(len(plan)),
         "perf/train_seconds": seconds,
-        "perf/tokens_per_second": tokens / seconds,
+        "perf/train_tokens_per_second": tokens / seconds,
     }
 
 

@@ -26,10 +26,16 @@ def gpu_yaml(tmp_path_factory) -> Path:
     return out
 
 
+def all_tasks(spec: dict) -> list[dict]:
+    """Tasks of the root DAG and of the exit handler's sub-DAG."""
+    dags = [spec["root"], *(c for c in spec["components"].values() if "dag" in c)]
+    return [t for d in dags for t in d["dag"]["tasks"].values()]
+
+
 def executors_of(spec: dict, prefix: str) -> list[str]:
-    """Executor labels of the DAG tasks whose component name starts with `comp-<prefix>`."""
-    tasks = spec["root"]["dag"]["tasks"].values()
-    names = [t["componentRef"]["name"] for t in tasks]
+    """Executor labels of the tasks (in the root DAG or the exit handler's) whose component
+    name starts with `comp-<prefix>`."""
+    names = [t["componentRef"]["name"] for t in all_tasks(spec)]
     return [spec["components"][c]["executorLabel"] for c in names if c.startswith(f"comp-{prefix}")]
 
 
@@ -75,9 +81,14 @@ def test_gpu_pipeline(gpu_yaml):
                 assert container["image"] == k8s.image
                 assert "accelerator" not in container.get("resources", {})
                 assert "nodeSelector" not in platform[label]
-    tasks = spec["root"]["dag"]["tasks"]
-    assert all(t["retryPolicy"]["maxRetryCount"] == k8s.retries for t in tasks.values())
-    assert all(t["cachingOptions"].get("enableCache", False) is False for t in tasks.values())
+    tasks = [
+        t
+        for t in all_tasks(spec)
+        if "executorLabel" in spec["components"][t["componentRef"]["name"]]
+    ]
+    assert len(tasks) == 3 + bool(cfg.warm_start) + 4 * cfg.iterations + 1  # + finish
+    assert all(t["retryPolicy"]["maxRetryCount"] == k8s.retries for t in tasks)
+    assert all(t["cachingOptions"].get("enableCache", False) is False for t in tasks)
     params = spec["root"]["inputDefinitions"]["parameters"]
     assert set(params) == {"config", "games_per_iteration", "group_key"}
     assert PipelineConfig.model_validate_json(params["config"]["defaultValue"]) == cfg

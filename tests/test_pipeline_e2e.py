@@ -90,3 +90,16 @@ def test_wrong_s3_credentials_fail_clearly_and_register_nothing(s3_env, tmp_path
     with pytest.raises(RuntimeError, match="rejected access key"):
         run_local(cfg, tmp_path / "runs")
     assert connect(cfg.tracking).search_model_versions(f"name = '{cfg.registered_model}'") == []
+
+
+def test_a_failed_task_marks_the_parent_run_failed(s3_env, tmp_path):
+    cfg = tiny_config(tmp_path, str(tmp_path / "no-such-model"))  # initial-model fails
+    with pytest.raises(RuntimeError, match="no-such-model"):
+        run_local(cfg, tmp_path / "runs")
+    client = connect(cfg.tracking)
+    experiment = client.get_experiment_by_name(cfg.tracking.experiment)
+    (parent,) = client.search_runs(
+        [experiment.experiment_id], f"tags.mlflow.runName = '{cfg.run_name}'"
+    )
+    assert parent.info.status == "FAILED"  # the exit handler ran after the failure
+    assert client.search_model_versions(f"name = '{cfg.registered_model}'") == []

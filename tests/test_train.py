@@ -133,7 +133,7 @@ def test_checkpoint_loads_back_with_metrics(tiny_model_dir, tokenizer, tmp_path)
     assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
     metrics = json.loads((out / "metrics.json").read_text())
     for key in ("train/loss", "train/pg_clipfrac", "train/kl", "train/entropy", "train/grad_norm",
-                "perf/tokens_per_second", "train/init/adv_std", "train/game/frac_reward_zero_std",
+                "perf/train_tokens_per_second", "train/init/adv_std", "train/game/frac_reward_zero_std",
                 "train/role/num_groups", "train/batch/adv_mean", "train/frac_reward_zero_std"):  # fmt: skip
         assert key in metrics and metrics[key] == metrics[key], key  # present and not NaN
     assert metrics["train/optimizer_steps"] == 4 and metrics["train/kl"] > 0

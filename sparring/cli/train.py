@@ -10,7 +10,7 @@ import click
 from sparring.cli.options import load_config
 
 SUMMARY = ("train/loss", "train/pg_clipfrac", "train/kl", "train/entropy", "train/grad_norm",
-           "train/frac_reward_zero_std", "perf/tokens_per_second")  # fmt: skip
+           "train/frac_reward_zero_std", "perf/train_tokens_per_second")  # fmt: skip
 
 
 def trainer_options(f: Callable) -> Callable:
