@@ -184,3 +184,14 @@ def test_fuzz_any_text_never_crashes(texts):
         res = game.step(game.current_seat, text)
         assert res.ok or res.error
     assert len(game.rewards) == 2 and all(0.0 <= x <= 1.0 for x in game.rewards)
+
+
+def test_fixed_names_keep_the_table():
+    randomized = make_game("matching", k=3).generate_state(7)
+    fixed = make_game("matching", k=3, random_names=False).generate_state(7)
+    assert fixed["reviewers"] == ["Ava", "Ben", "Cole"] and fixed["papers"] == [
+        "BLEU",
+        "GloVe",
+        "ELMo",
+    ]
+    assert fixed["table"] == randomized["table"] and fixed["views"] == randomized["views"]

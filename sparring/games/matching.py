@@ -53,8 +53,13 @@ def generate_state(
     p_visible: float = 0.4,
     hard_ratio: float | None = 1.25,
     max_tries: int = 20000,
+    random_names: bool = True,
 ) -> dict[str, Any]:
     """A seeded, JSON-serialisable initial state. The same arguments always give the same state.
+
+    `random_names=False` always uses the first k reviewer and paper names, in order (the table
+    is unchanged): an easier variant for CPU learning curves, where a tiny model can't yet copy
+    names from its table.
 
     Like dialop, if no hard table turns up in `max_tries` draws the last one is kept and the
     state says `"hard": False` (at k=8 a hard table takes ~6000 draws, ~0.3 s).
@@ -77,6 +82,8 @@ def generate_state(
         if hard:
             break
     names = rng.permutation(len(REVIEWERS))[:k], rng.permutation(len(PAPERS))[:k]
+    if not random_names:
+        names = np.arange(k), np.arange(k)
     views = [
         [[int(table[r, p] * scales[s]) if visible[s, r, p] else None for p in range(k)]
          for r in range(k)]
@@ -106,16 +113,19 @@ class MatchingGame(Game):
 
     def __init__(
         self, k: int = 8, p_visible: float = 0.4, hard_ratio: float | None = 1.25,
-        max_turns: int = 30, max_retries: int = 2,
+        max_turns: int = 30, max_retries: int = 2, random_names: bool = True,
     ) -> None:  # fmt: skip
         if max_turns < 2 or max_retries < 0:
             raise ValueError("max_turns must be >= 2 and max_retries >= 0")
         self.k, self.p_visible, self.hard_ratio = k, p_visible, hard_ratio
+        self.random_names = random_names
         self.max_turns, self.max_retries = max_turns, max_retries
         self.state: dict[str, Any] | None = None
 
     def generate_state(self, seed: int) -> dict[str, Any]:
-        return generate_state(seed, self.k, self.p_visible, self.hard_ratio)
+        return generate_state(
+            seed, self.k, self.p_visible, self.hard_ratio, random_names=self.random_names
+        )
 
     # ---- lifecycle -------------------------------------------------------------------------
     def reset(self, state: dict[str, Any]) -> None:
