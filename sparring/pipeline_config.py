@@ -17,7 +17,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from sparring import __version__
+from sparring import __version__, configs
 from sparring.evaluate import EvalConfig
 from sparring.game_init import GameInitConfig
 from sparring.rollout import RolloutConfig
@@ -29,7 +29,7 @@ IMAGE_REPOSITORY = "ghcr.io/sparring/sparring"
 IMAGE = f"{IMAGE_REPOSITORY}:{__version__}-cpu"
 GPU_IMAGE = f"{IMAGE_REPOSITORY}:{__version__}-gpu"
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+CONFIG_DIR = Path(configs.__file__).parent  # the repo's configs/, installed as sparring.configs
 DEFAULT_CONFIG = CONFIG_DIR / "pipeline.yaml"
 GROUP_KEYS = ("game", "init", "role", "country", "country_phase", "batch")
 

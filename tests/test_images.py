@@ -237,3 +237,25 @@ def test_chart_default_repository_matches_build_script():
         [*BUILD, "--print", "--only", "cpu"], capture_output=True, text=True, check=True
     ).stdout
     assert refs.strip().rsplit(":", 1)[0] == values["image"]["repository"]
+
+
+def test_wheel_ships_every_module_and_config(tmp_path):
+    """What `pip install .` puts in an image: every source module under its package name, the
+    shipped configs (the embedded default) and the committed pipeline YAML."""
+    import sys
+    import zipfile
+
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", str(tmp_path), str(ROOT)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    (wheel,) = tmp_path.glob("sparring-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    dirs = PYPROJECT["tool"]["setuptools"]["package-dir"]
+    for package, folder in dirs.items():
+        for source in (ROOT / folder).rglob("*"):
+            if source.suffix in (".py", ".yaml") and "__pycache__" not in source.parts:
+                inner = source.relative_to(ROOT / folder).as_posix()
+                assert f"{package.replace('.', '/')}/{inner}" in names, f"{source} not in wheel"
+    assert "sparring/configs/pipeline.yaml" in names and "sparring/pipelines/selfplay.yaml" in names
