@@ -1,0 +1,171 @@
+"""Does self-play GRPO improve a policy? The whole loop on CPU with fixed seeds.
+
+    .venv/bin/python bench/learning.py                 # ~20 min on 2 idle cores
+    .venv/bin/python bench/learning.py --iterations 1 --train-states 4 --games-per-init 2 \
+        --val-states 4 --sft-states 8 --sft-epochs 1   # smoke size
+
+1. build the tiny model;
+2. warm-start it with SFT on scripted self-play of its own train states;
+3. K iterations of self-play rollout -> GRPO (group key `init`) -> evaluation on held-out
+   val states. Matching k=3 with `random_names=False`: the 1.3M-parameter tiny model can't
+   learn to copy random names from its table in a CPU budget (README: "The learning curve").
+
+Evaluation plays every val state in self-play twice: sampled at the rollout temperature (the
+policy GRPO optimises; fixed seed, so every iteration sees the same random stream) and greedy.
+Prints the curve with the GRPO diagnostics that explain it (zero-variance groups, clip
+fraction, KL, grad norm), saves learning.png and learning.json, and ends with
+`RESULT learning_gain <final sampled val reward - SFT-init sampled val reward>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from transformers import AutoTokenizer
+
+from sparring.agents import make_agent
+from sparring.evaluate import EvalConfig, evaluate
+from sparring.game_init import GameInitConfig, write_inits
+from sparring.generation.base import SamplingParams
+from sparring.generation.hf import HFBackend
+from sparring.rollout import RolloutConfig, load_inits, play, rollout_stats, write_outputs
+from sparring.sft import sft
+from sparring.tiny_model import init_tiny
+from sparring.train import NoSignalError, TrainConfig, train
+
+
+def val_metrics(model: str, val: Path, game: dict, sampling: SamplingParams) -> dict[str, float]:
+    """Self-play on the val states, sampled (`sampling`) and greedy."""
+    backend = HFBackend(model, device="cpu")
+    out = {}
+    for name, params in (
+        ("", sampling),
+        ("greedy_", sampling.model_copy(update={"temperature": 0.0})),
+    ):
+        cfg = EvalConfig(game_params=game, modes=["selfplay"], sampling=params)
+        m, _ = evaluate(backend, val, cfg, progress=False)
+        a = "eval/selfplay/player_a/"
+        out |= {f"{name}reward": m["eval/selfplay/all/normalized_reward"], f"{name}reward_se": m[a + "normalized_reward_se"],
+                f"{name}agreement": m[a + "agreement_rate"], f"{name}invalid": m[a + "invalid_rate"]}  # fmt: skip
+    return out
+
+
+def plot(curve: list[dict], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x = [c["iteration"] for c in curve]
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    for prefix, label, style in (("", "sampled", "o-"), ("greedy_", "greedy", "s--")):
+        ax.errorbar(x, [c[prefix + "reward"] for c in curve], yerr=[c[prefix + "reward_se"] for c in curve],
+                    fmt=style, capsize=3, label=f"val reward, {label}")  # fmt: skip
+    ax.plot(x, [c["agreement"] for c in curve], ":", label="agreement rate (sampled)")
+    ax.plot(x, [c["invalid"] for c in curve], "-.", label="invalid-action rate (sampled)")
+    ax.set_xlabel("iteration (0 = after the SFT warm start)")
+    ax.set_ylim(0, 1.05)
+    ax.legend(fontsize=8)
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--iterations", type=int, default=6)
+    ap.add_argument("--k", type=int, default=3, help="table size")
+    ap.add_argument("--max-turns", type=int, default=8)
+    ap.add_argument("--random-names", action="store_true", help="dialop's random names (harder)")
+    ap.add_argument("--train-states", type=int, default=32, help="states per rollout")
+    ap.add_argument("--games-per-init", type=int, default=8, help="GRPO group size (key: init)")
+    ap.add_argument("--val-states", type=int, default=96)
+    ap.add_argument("--sft-states", type=int, default=600, help="scripted games for the warm start")
+    ap.add_argument("--sft-epochs", type=int, default=3)
+    ap.add_argument("--sft-lr", type=float, default=3e-3)
+    ap.add_argument("--lr", type=float, default=2e-4, help="GRPO learning rate")
+    ap.add_argument("--epochs", type=int, default=2, help="PPO epochs per iteration")
+    ap.add_argument("--mini-batch", type=int, default=64, help="sequences per optimizer step")
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--kl-coef", type=float, default=0.0)
+    ap.add_argument("--group-key", default="init")
+    ap.add_argument("--max-new-tokens", type=int, default=40)
+    ap.add_argument("--out", help="work directory (default: a temp dir)")
+    args = ap.parse_args()
+
+    t_start = time.perf_counter()
+    work = Path(args.out or tempfile.mkdtemp(prefix="sparring-learning-"))
+    game = {"k": args.k, "max_turns": args.max_turns, "random_names": args.random_names}
+    sampling = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
+    # 1. tiny model and seeded states; the train split covers SFT and every rollout, disjointly
+    model = str(init_tiny(work / "tiny"))
+    n_train = args.sft_states + args.iterations * args.train_states
+    inits = write_inits(GameInitConfig(game_params=game, num_train=n_train, num_val=args.val_states, seed=0),
+                        work / "inits", progress=False)  # fmt: skip
+    train_states = load_inits(inits["train"])
+    # 2. warm start on scripted self-play
+    rcfg = RolloutConfig(game_params=game, games_per_init=1, seats=["matching-scripted"] * 2)
+    result = play(train_states[: args.sft_states], {"matching-scripted": make_agent("matching-scripted")}, rcfg,
+                  progress=False, scripted_tokenizer=AutoTokenizer.from_pretrained(model))  # fmt: skip
+    print(f"scripted teacher reward {rollout_stats(result)['rollout/normalized_reward']:.3f}")
+    sft_samples = write_outputs(result, work / "sft-data")["samples"]
+    sft_cfg = TrainConfig(lr=args.sft_lr, epochs=args.sft_epochs, mini_batch_size=16, micro_batch_size=16,
+                          lr_schedule="cosine")  # fmt: skip
+    model = str(sft(model, [sft_samples], work / "iter-0", sft_cfg).out_dir)
+    curve = [{"iteration": 0, **val_metrics(model, inits["val"], game, sampling)}]
+
+    def report(row: dict) -> None:
+        print(f"iter {row['iteration']}: val {row['reward']:.3f} ± {row['reward_se']:.3f} (greedy "
+              f"{row['greedy_reward']:.3f} ± {row['greedy_reward_se']:.3f})  agreement {row['agreement']:.2f}  "
+              f"invalid {row['invalid']:.2f}  rollout {row.get('rollout_reward', float('nan')):.3f}  "
+              f"zero-std groups {row.get('zero_std_groups', float('nan')):.2f}  clipfrac "
+              f"{row.get('clipfrac', float('nan')):.3f}  ppo_kl {row.get('ppo_kl', float('nan')):.4f}  "
+              f"({time.perf_counter() - t_start:.0f} s)", flush=True)  # fmt: skip
+
+    report(curve[0])
+    # 3. self-play -> GRPO -> eval
+    tcfg = TrainConfig(group_key=args.group_key, lr=args.lr, epochs=args.epochs, mini_batch_size=args.mini_batch,
+                       micro_batch_size=16, kl_coef=args.kl_coef)  # fmt: skip
+    for it in range(1, args.iterations + 1):
+        start = args.sft_states + (it - 1) * args.train_states
+        cfg = RolloutConfig(game_params=game, games_per_init=args.games_per_init,
+                            sampling=sampling.model_copy(update={"seed": 1000 + it}))  # fmt: skip
+        result = play(train_states[start : start + args.train_states], {"policy": HFBackend(model, device="cpu")},
+                      cfg, progress=False)  # fmt: skip
+        samples = write_outputs(result, work / f"iter-{it}" / "rollout")["samples"]
+        row = {
+            "iteration": it,
+            "rollout_reward": rollout_stats(result)["rollout/normalized_reward"],
+        }
+        try:
+            stats = train(
+                model,
+                [samples],
+                work / f"iter-{it}" / "model",
+                tcfg.model_copy(update={"seed": it}),
+            )
+            model, m = str(stats.out_dir), stats.metrics
+            row |= {"zero_std_groups": m[f"train/{args.group_key}/frac_reward_zero_std"],
+                    "clipfrac": m["train/pg_clipfrac"], "ppo_kl": m["train/ppo_kl"],
+                    "grad_norm": m["train/grad_norm"], "entropy": m.get("train/entropy", float("nan"))}  # fmt: skip
+        except NoSignalError as e:
+            print(f"iter {it}: no update ({e})")
+        row |= val_metrics(model, inits["val"], game, sampling)
+        curve.append(row)
+        report(row)
+    (work / "learning.json").write_text(json.dumps({"args": vars(args), "curve": curve}, indent=2))
+    names = "random names" if args.random_names else "fixed names"
+    plot(curve, work / "learning.png", f"self-play GRPO, matching k={args.k} ({names}), tiny model")
+    print(f"curve and plot: {work / 'learning.json'}, {work / 'learning.png'}")
+    print(f"RESULT learning_gain {curve[-1]['reward'] - curve[0]['reward']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
