@@ -54,6 +54,18 @@ def val_metrics(model: str, val: Path, game: dict, sampling: SamplingParams) -> 
     return out
 
 
+def warm_start(model: str, states: list, game: dict, args: argparse.Namespace, work: Path) -> str:
+    """2. SFT on scripted self-play of `states`; returns the checkpoint path."""
+    rcfg = RolloutConfig(game_params=game, games_per_init=1, seats=["matching-scripted"] * 2)
+    result = play(states, {"matching-scripted": make_agent("matching-scripted")}, rcfg, progress=False,
+                  scripted_tokenizer=AutoTokenizer.from_pretrained(model))  # fmt: skip
+    print(f"scripted teacher reward {rollout_stats(result)['rollout/normalized_reward']:.3f}")
+    samples = write_outputs(result, work / "sft-data")["samples"]
+    cfg = TrainConfig(lr=args.sft_lr, epochs=args.sft_epochs, mini_batch_size=16, micro_batch_size=16,
+                      lr_schedule="cosine")  # fmt: skip
+    return str(sft(model, [samples], work / "iter-0", cfg).out_dir)
+
+
 def plot(curve: list[dict], path: Path, title: str) -> None:
     import matplotlib
 
@@ -97,6 +109,8 @@ def main() -> None:
     ap.add_argument("--kl-coef", type=float, default=0.0)
     ap.add_argument("--group-key", default="init")
     ap.add_argument("--max-new-tokens", type=int, default=40)
+    ap.add_argument("--warm-model", help="skip the warm start: use this SFT checkpoint (e.g. OUT/iter-0 "
+                    "of an earlier run with the same state arguments) to tune the RL settings")
     ap.add_argument("--out", help="work directory (default: a temp dir)")
     args = ap.parse_args()
 
@@ -104,21 +118,12 @@ def main() -> None:
     work = Path(args.out or tempfile.mkdtemp(prefix="sparring-learning-"))
     game = {"k": args.k, "max_turns": args.max_turns, "random_names": args.random_names}
     sampling = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
-    # 1. tiny model and seeded states; the train split covers SFT and every rollout, disjointly
-    model = str(init_tiny(work / "tiny"))
+    # 1. seeded states (the train split covers SFT and every rollout, disjointly), tiny model
     n_train = args.sft_states + args.iterations * args.train_states
     inits = write_inits(GameInitConfig(game_params=game, num_train=n_train, num_val=args.val_states, seed=0),
                         work / "inits", progress=False)  # fmt: skip
     train_states = load_inits(inits["train"])
-    # 2. warm start on scripted self-play
-    rcfg = RolloutConfig(game_params=game, games_per_init=1, seats=["matching-scripted"] * 2)
-    result = play(train_states[: args.sft_states], {"matching-scripted": make_agent("matching-scripted")}, rcfg,
-                  progress=False, scripted_tokenizer=AutoTokenizer.from_pretrained(model))  # fmt: skip
-    print(f"scripted teacher reward {rollout_stats(result)['rollout/normalized_reward']:.3f}")
-    sft_samples = write_outputs(result, work / "sft-data")["samples"]
-    sft_cfg = TrainConfig(lr=args.sft_lr, epochs=args.sft_epochs, mini_batch_size=16, micro_batch_size=16,
-                          lr_schedule="cosine")  # fmt: skip
-    model = str(sft(model, [sft_samples], work / "iter-0", sft_cfg).out_dir)
+    model = args.warm_model or warm_start(str(init_tiny(work / "tiny")), train_states[: args.sft_states], game, args, work)
     curve = [{"iteration": 0, **val_metrics(model, inits["val"], game, sampling)}]
 
     def report(row: dict) -> None:

@@ -275,11 +275,18 @@ def write_outputs(result: RolloutResult, out_dir: str | Path) -> dict[str, Path]
 
 
 def rollout_stats(result: RolloutResult) -> dict[str, float]:
-    """The `rollout/*` and `perf/*` metrics of one rollout."""
+    """The `rollout/*` and `perf/*` metrics of one rollout; for Diplomacy also seed 001's
+    per-country metrics of the learner's seats, `rollout/country/<C>/*` (sparring.country_metrics)."""
     eps = result.episodes
     n = max(len(eps), 1)
     seats = sum(len(e.rewards) for e in eps) or 1
-    return {
+    per_country = {}
+    if eps and "power_stats" in eps[0].outcome:
+        from sparring.country_metrics import country_metrics
+
+        episodes = (asdict(e) for e in eps)
+        per_country = {f"rollout/{k}": v for k, v in country_metrics(episodes, "policy").items()}
+    return per_country | {
         "rollout/games": len(eps),
         "rollout/normalized_reward": sum(e.rewards[0] for e in eps) / n,
         "rollout/agreement_rate": sum(bool(e.outcome.get("agreed")) for e in eps) / n,

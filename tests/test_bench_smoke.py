@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -41,3 +42,14 @@ def test_grouping_ablation_bench(tmp_path):
     name, value = last.split()[1:]
     assert name == "country_vs_init_gain" and abs(float(value)) <= 1
     assert (tmp_path / "grouping_ablation.png").exists()
+
+
+def test_learning_bench(tmp_path):
+    last = run_bench("learning.py", "--iterations", "1", "--train-states", "4", "--games-per-init",
+                     "2", "--val-states", "4", "--sft-states", "8", "--sft-epochs", "1",
+                     "--max-new-tokens", "16", "--out", str(tmp_path))  # fmt: skip
+    name, value = last.split()[1:]
+    assert name == "learning_gain" and abs(float(value)) <= 1
+    curve = json.loads((tmp_path / "learning.json").read_text())["curve"]
+    assert [row["iteration"] for row in curve] == [0, 1]
+    assert (tmp_path / "learning.png").stat().st_size > 1000

@@ -14,7 +14,7 @@ from sparring.games.diplomacy import ROLES  # noqa: E402
 from sparring.generation.base import SamplingParams  # noqa: E402
 from sparring.generation.hf import HFBackend  # noqa: E402
 from sparring.opponents import learner_rewards, plan_seats  # noqa: E402
-from sparring.rollout import RolloutConfig, play  # noqa: E402
+from sparring.rollout import RolloutConfig, play, rollout_stats  # noqa: E402
 
 PARAMS = {"horizon": 1, "press": True}
 
@@ -77,3 +77,12 @@ def test_learner_against_bots_and_a_checkpoint_via_the_seat_plan(inits, tiny_mod
     rewards = learner_rewards(res.episodes)
     assert sorted(rewards) == sorted({r["learner_country"] for r in rows})
     assert sum(len(v) for v in rewards.values()) == 4
+    # the rollout's stats (logged to MLflow per iteration) hold the learner's countries only
+    stats = rollout_stats(res)
+    countries = {k.split("/")[2] for k in stats if k.startswith("rollout/country/")}
+    assert countries == set(rewards)
+    for country, values in rewards.items():
+        assert stats[f"rollout/country/{country}/episodes"] == len(values)
+        assert stats[f"rollout/country/{country}/reward_mean"] == pytest.approx(
+            sum(values) / len(values)
+        )

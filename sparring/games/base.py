@@ -100,17 +100,22 @@ class Game(ABC):
     def rewards(self) -> list[float]:
         """Normalized reward per seat (final once `done`)."""
 
-    @abstractmethod
+    # Filled in by each game's `reset`: every seat's chat, the turn records and the counters.
+    _chat: list[list[dict[str, str]]]
+    _transcript: list[TurnRecord]
+    _stats: GameStats
+
     def messages(self, seat: int) -> list[dict[str, str]]:
-        """The chat history from `seat`'s point of view (system first)."""
+        """The chat history from `seat`'s point of view (system first), as a copy."""
+        return [dict(m) for m in self._chat[seat]]
 
     @property
-    @abstractmethod
-    def transcript(self) -> list[TurnRecord]: ...
+    def transcript(self) -> list[TurnRecord]:
+        return self._transcript
 
     @property
-    @abstractmethod
-    def stats(self) -> GameStats: ...
+    def stats(self) -> GameStats:
+        return self._stats
 
     @property
     def num_turns(self) -> int:

@@ -331,17 +331,6 @@ class DiplomacyGame(Game):
             ))  # fmt: skip
         return out
 
-    def messages(self, seat: int) -> list[dict[str, str]]:
-        return [dict(m) for m in self._chat[seat]]
-
-    @property
-    def transcript(self) -> list[TurnRecord]:
-        return self._transcript
-
-    @property
-    def stats(self) -> GameStats:
-        return self._stats
-
     def outcome(self) -> dict[str, Any]:
         results = self.results()
         solo = [r.power for r in results if r.centers >= WIN_CENTERS]

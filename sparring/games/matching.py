@@ -159,17 +159,6 @@ class MatchingGame(Game):
         )
         return [r, r]
 
-    def messages(self, seat: int) -> list[dict[str, str]]:
-        return [dict(m) for m in self._chat[seat]]
-
-    @property
-    def transcript(self) -> list[TurnRecord]:
-        return self._transcript
-
-    @property
-    def stats(self) -> GameStats:
-        return self._stats
-
     def outcome(self) -> dict[str, Any]:
         return {
             "agreed": self._accepted is not None,
