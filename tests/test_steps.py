@@ -110,3 +110,35 @@ def test_eval_report_inlines_the_plot(tmp_path):
     page = steps.eval_report(metrics, plot, transcripts, iteration=3)
     assert 'src="data:image/png;base64,iVBOR' in page
     assert "Iteration 3" in page and "&lt;b&gt;" in page and "<b>" not in page
+
+
+def test_diplomacy_runs_through_every_pipeline_step(tiny_model_dir, tmp_path):
+    """`game: diplomacy` with country grouping: game-init, rollout (per-country metrics),
+    GRPO on the `country` key, evaluation against the bots, registration."""
+    pytest.importorskip("diplomacy")
+    cfg = PipelineConfig.model_validate({
+        "game": "diplomacy", "game_params": {"horizon": 1, "press": False},
+        "games_per_iteration": 4, "group_key": "country", "device": "cpu",
+        "game_init": {"num_train": 2, "num_val": 1},
+        "rollout": {"games_per_init": 2, "sampling": {"max_new_tokens": 12}},
+        "eval": {"modes": ["selfplay", "vs_scripted"], "sampling": {"max_new_tokens": 12}},
+        "train": {"lr": 1e-4, "mini_batch_size": 28, "micro_batch_size": 14},
+        "storage": {"root": (tmp_path / "store").as_uri()},
+        "tracking": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "dip"},
+        "registered_model": "dip-model",
+    })  # fmt: skip
+    inits = steps.game_init(cfg, tmp_path / "inits", "r")
+    stats = steps.rollout(cfg, str(tiny_model_dir), str(inits["train"]), 0, 4, tmp_path / "ro", "r")
+    assert stats["rollout/games"] == 4
+    assert stats["rollout/country/FRANCE/episodes"] == 4  # self-play: every country, every game
+    metrics = steps.train(cfg, str(tiny_model_dir), str(tmp_path / "ro/samples.parquet"),
+                          tmp_path / "m1", "country")  # fmt: skip
+    groups = metrics["train/country/num_groups"]  # a power with no units left writes no sample
+    assert groups == 7
+    assert groups * metrics["train/country/mean_group_size"] == metrics["train/samples"]
+    ev, report = steps.evaluate(cfg, str(tmp_path / "m1"), str(tiny_model_dir), str(inits["val"]),
+                                tmp_path / "ev", "r", 0)  # fmt: skip
+    assert {"eval/vs_greedy/TURKEY/reward_mean", cfg.champion_metric} <= set(ev)
+    parent = PipelineRun.start(cfg.tracking, "r").run_id
+    done = steps.register(cfg, parent, "r", 0, str(tmp_path / "m1"), stats | metrics | ev)
+    assert done.version == "1" and storage.verify(done.checkpoint_uri, deep=True)
