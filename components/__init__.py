@@ -21,6 +21,7 @@ class Components(NamedTuple):
     warm_start: object
     rollout: object
     train: object
+    verl_train: object
     evaluate: object
     register: object
     finish: object
@@ -44,6 +45,7 @@ def make_components(k8s) -> Components:
         warm_start=on(model.warm_start, k8s.train_gpus),
         rollout=on(rollout.rollout, k8s.rollout_gpus),
         train=on(train.train, k8s.train_gpus),
+        verl_train=on(train.train_verl, gpus=1),  # verl always runs on GPUs: the -gpu image
         evaluate=on(evaluate.evaluate, k8s.eval_gpus),
         register=on(register.register),
         finish=on(run.finish),

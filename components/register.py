@@ -24,18 +24,23 @@ def register(
         iteration: the round.
         run_name: from `start`.
         parent_run_id: the MLflow parent run, from `start`.
-        samples: the rollout folder (games.jsonl is logged to MLflow).
+        samples: the rollout folder (games.jsonl is logged to MLflow), or with train_backend
+            verl the verl-train data folder (logged whole: rows, verl.log, metrics.jsonl).
         evaluation: the evaluate folder (plot and transcripts are logged to MLflow).
-        rollout_metrics, train_metrics, eval_metrics: logged to the iteration's child run.
+        rollout_metrics, train_metrics, eval_metrics: logged to the iteration's child run
+            (with train_backend verl the first two are both verl-train's metrics).
 
     Returns:
         The new model version.
     """
+    import os
+
     from sparring import steps
     from sparring.pipeline_config import PipelineConfig
 
     metrics = {**rollout_metrics.metadata, **train_metrics.metadata, **eval_metrics.metadata}
-    artifacts = [f"{samples.path}/games.jsonl", evaluation.path]
+    games = f"{samples.path}/games.jsonl"  # a rollout folder; verl-train's data folder has none
+    artifacts = [games if os.path.exists(games) else samples.path, evaluation.path]
     return steps.register(
         PipelineConfig.model_validate_json(config), parent_run_id, run_name, iteration,
         model.path, metrics, artifacts,

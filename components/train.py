@@ -1,4 +1,5 @@
-"""KFP component: GRPO training on one rollout (see sparring.steps.train)."""
+"""KFP components: GRPO training on one rollout (see sparring.steps.train), or one whole
+iteration on verl (see sparring.steps.train_verl)."""
 
 from kfp.dsl import Dataset, Input, Metrics, Model, Output
 
@@ -30,5 +31,42 @@ def train(
     stats = steps.train(
         cfg, model.path, f"{samples.path}/samples.parquet", trained.path, group_key, reference.path
     )
+    for name, value in stats.items():
+        metrics.log_metric(name, value)
+
+
+def train_verl(
+    config: str,
+    model: Input[Model],
+    inits: Input[Dataset],
+    iteration: int,
+    games: int,
+    run_name: str,
+    trained: Output[Model],
+    data: Output[Dataset],
+    metrics: Output[Metrics],
+):
+    """train_backend: verl. One iteration of online self-play GRPO inside verl (its main_ppo,
+    on the GPUs of this pod), merged into a HF checkpoint; replaces rollout + train.
+
+    Args:
+        config: the PipelineConfig as JSON (its `verl` section).
+        model: the current checkpoint (verl's actor, rollout and KL reference start from it).
+        inits: game-init folder; the iteration's train states and every val state are played.
+        iteration: the round; picks the train states.
+        games: self-play games of the iteration (rows x verl.rollout_n).
+        run_name: from `start`; the data folder goes to <storage.root>/<run_name>/<iteration>/verl.
+        trained: the merged HF checkpoint.
+        data: verl's dataset rows, agent-loop config, verl.log, merge.log and metrics.jsonl.
+        metrics: verl/* (verl's last logged step) and perf/train_seconds.
+    """
+    from sparring import steps
+    from sparring.pipeline_config import PipelineConfig
+
+    cfg = PipelineConfig.model_validate_json(config)
+    stats = steps.train_verl(
+        cfg, model.path, f"{inits.path}/train.parquet", f"{inits.path}/val.parquet", iteration,
+        games, trained.path, data.path, run_name=run_name,
+    )  # fmt: skip
     for name, value in stats.items():
         metrics.log_metric(name, value)

@@ -8,7 +8,9 @@ rollout → train → evaluate → register, unrolled at compile time (KFP v2 ha
 the warm start, images, GPUs, node selectors, tolerations, the S3 Secret, /dev/shm, retries,
 caching. At run time the KFP UI exposes `config` (the whole PipelineConfig as JSON),
 `games_per_iteration` and `group_key`. Each iteration's model is the previous train step's
-output; the first is `config.model` (optionally warm-started by SFT). The IR grows by about
+output; the first is `config.model` (optionally warm-started by SFT). With
+`train_backend: verl` an iteration is verl-train → evaluate → register instead: one task on
+`verl.n_gpus_per_node` GPUs plays and trains inside verl (sparring.steps.train_verl). The IR grows by about
 4 KB per iteration: for long campaigns use `pipelines.driver`, one run per block.
 """
 
@@ -88,14 +90,24 @@ def build_pipeline(cfg: PipelineConfig):
                 model = warm.outputs["model"]
             reference, last_register = model, None
             for i in range(cfg.first_iteration, cfg.first_iteration + cfg.iterations):
-                ro = task(
-                    c.rollout, f"rollout-{i}", k8s.rollout_gpus, config=config, model=model,
-                    inits=inits, iteration=i, games=games_per_iteration, run_name=run_name,
-                )  # fmt: skip
-                tr = task(
-                    c.train, f"train-{i}", k8s.train_gpus, config=config, model=model,
-                    reference=reference, samples=ro.outputs["samples"], group_key=group_key,
-                )  # fmt: skip
+                if cfg.train_backend == "verl":  # one GPU task plays and trains (route 1)
+                    tr = task(
+                        c.verl_train, f"verl-train-{i}", cfg.verl.n_gpus_per_node,
+                        config=config, model=model, inits=inits, iteration=i,
+                        games=games_per_iteration, run_name=run_name,
+                    )  # fmt: skip
+                    samples, rollout_metrics = tr.outputs["data"], tr.outputs["metrics"]
+                else:
+                    ro = task(
+                        c.rollout, f"rollout-{i}", k8s.rollout_gpus, config=config,
+                        model=model, inits=inits, iteration=i, games=games_per_iteration,
+                        run_name=run_name,
+                    )  # fmt: skip
+                    tr = task(
+                        c.train, f"train-{i}", k8s.train_gpus, config=config, model=model,
+                        reference=reference, samples=ro.outputs["samples"], group_key=group_key,
+                    )  # fmt: skip
+                    samples, rollout_metrics = ro.outputs["samples"], ro.outputs["metrics"]
                 ev = task(
                     c.evaluate, f"evaluate-{i}", k8s.eval_gpus, config=config,
                     model=tr.outputs["trained"], previous=model, inits=inits, iteration=i,
@@ -103,10 +115,9 @@ def build_pipeline(cfg: PipelineConfig):
                 )  # fmt: skip
                 rg = task(
                     c.register, f"register-{i}", config=config, model=tr.outputs["trained"],
-                    iteration=i, run_name=run_name, parent_run_id=parent,
-                    samples=ro.outputs["samples"], evaluation=ev.outputs["evaluation"],
-                    rollout_metrics=ro.outputs["metrics"], train_metrics=tr.outputs["metrics"],
-                    eval_metrics=ev.outputs["metrics"],
+                    iteration=i, run_name=run_name, parent_run_id=parent, samples=samples,
+                    evaluation=ev.outputs["evaluation"], rollout_metrics=rollout_metrics,
+                    train_metrics=tr.outputs["metrics"], eval_metrics=ev.outputs["metrics"],
                 )  # fmt: skip
                 if last_register is not None:
                     rg.after(last_register)  # champion decisions in iteration order

@@ -23,6 +23,7 @@ from sparring.game_init import GameInitConfig
 from sparring.rollout import RolloutConfig
 from sparring.storage import StorageConfig
 from sparring.tracking import TrackingConfig
+from sparring.verl_backend.config import VerlConfig
 
 # The runtime images, as images/build.sh tags them: <repository>:<version>-cpu|-gpu.
 IMAGE_REPOSITORY = "ghcr.io/sparring/sparring"
@@ -102,6 +103,12 @@ class PipelineConfig(_Strict):
     game_init: GameInitConfig = Field(default_factory=GameInitConfig)  # state counts and seed
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)  # iteration i samples with seed+i
     train: dict[str, Any] = Field(default_factory=dict)  # GRPO settings: TrainConfig fields
+    # Who trains each iteration. torch: the pipeline's rollout step, then `sparring.train` (CPU
+    # or one GPU). verl: one `verl-train` task per iteration runs verl's main_ppo with online
+    # self-play inside verl (route 1, sparring.verl_backend) on `verl.n_gpus_per_node` GPUs and
+    # merges its FSDP checkpoint to HF; `rollout`, `train` and `group_key` are then unused.
+    train_backend: Literal["torch", "verl"] = "torch"
+    verl: VerlConfig = Field(default_factory=VerlConfig)  # train_backend: verl settings
     eval: EvalConfig = Field(default_factory=EvalConfig)  # modes, val games, sampling
     storage: StorageSettings = Field(default_factory=StorageSettings)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)  # MLflow URI + experiment
@@ -133,7 +140,47 @@ class PipelineConfig(_Strict):
             "eval/"
         ):
             raise ValueError(f"champion_metric {self.champion_metric!r} must be an eval/* metric")
+        if self.train_backend == "verl":
+            self._check_verl()
         return self
+
+    def _check_verl(self) -> None:
+        """What `train_backend: verl` needs of the rest of the config."""
+        v = self.verl
+        if self.device == "cpu":
+            raise ValueError("train_backend: verl needs GPUs; set device: cuda (or auto)")
+        if v.nnodes != 1:
+            raise ValueError(
+                f"verl.nnodes={v.nnodes}: the pipeline's verl-train task is one pod; multi-node "
+                "verl needs a Ray cluster (RayJob), which the pipeline does not start"
+            )
+        rows, seats = self.verl_rows_per_iteration, self.num_seats
+        if rows < v.train_batch_size:
+            need = -(-v.train_batch_size // seats) * seats * v.rollout_n
+            raise ValueError(
+                f"train_backend: verl: games_per_iteration={self.games_per_iteration} with "
+                f"verl.rollout_n={v.rollout_n} gives {rows} (state x seat) rows per iteration, "
+                f"fewer than verl.train_batch_size ({v.train_batch_size}), so verl would train "
+                f"no step: set games_per_iteration >= {need} or lower verl.train_batch_size"
+            )
+
+    @property
+    def verl_states_per_iteration(self) -> int:
+        """Train states one verl iteration plays: each seat of each state is a dataset row
+        that verl plays `verl.rollout_n` times, `games_per_iteration` games in all."""
+        return self.games_per_iteration // (self.verl.rollout_n * self.num_seats)
+
+    @property
+    def verl_rows_per_iteration(self) -> int:
+        """verl dataset rows (state x seat) of one iteration."""
+        return self.verl_states_per_iteration * self.num_seats
+
+    @property
+    def num_seats(self) -> int:
+        """Seats of `game` (2 in matching, 7 in Diplomacy)."""
+        from sparring.games import make_game
+
+        return make_game(self.game, **self.game_params).num_seats
 
     def train_config(self, warm_start: bool = False, **overrides: Any):  # -> TrainConfig
         """`train` (or `warm_start.train`) as a validated `sparring.train.TrainConfig`.

@@ -129,3 +129,82 @@ def test_train_sections_are_checked_at_build_time():
 def test_game_is_set_once():
     cfg = PipelineConfig.model_validate({"game_params": {"k": 3}})
     assert cfg.rollout.game_params == cfg.eval.game_params == cfg.game_init.game_params == {"k": 3}
+
+
+# ---- train_backend: verl ------------------------------------------------------------------
+def verl_config(**verl) -> PipelineConfig:
+    data = yaml.safe_load(GPU_CONFIG.read_text())
+    data |= {"iterations": 2, "train_backend": "verl", "verl": {"n_gpus_per_node": 4, **verl}}
+    return PipelineConfig.model_validate(data)
+
+
+def test_verl_pipeline_replaces_rollout_and_train_with_one_gpu_task(tmp_path):
+    from sparring.pipelines.selfplay import compile_pipeline
+
+    cfg = verl_config(tp_size=2)
+    k8s = cfg.kubernetes
+    out = Path(compile_pipeline(cfg, str(tmp_path / "verl.yaml")))
+    spec, platform_doc = yaml.safe_load_all(out.read_text())
+    platform = platform_doc["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    containers = spec["deploymentSpec"]["executors"]
+    dags = [spec["root"], *(c for c in spec["components"].values() if "dag" in c)]
+    keys = {t["taskInfo"]["name"]: k for d in dags for k, t in d["dag"]["tasks"].items()}
+    tasks = {t["taskInfo"]["name"]: t for t in all_tasks(spec)}
+    components = {t["componentRef"]["name"] for t in tasks.values()}
+    assert "comp-rollout" not in components and "comp-train" not in components
+    assert not [n for n in tasks if n.startswith(("rollout", "train-"))]
+    labels = executors_of(spec, "train-verl")
+    assert len(labels) == cfg.iterations
+    for label in labels:  # GPU request = verl.n_gpus_per_node, placed like every GPU step
+        container = containers[label]["container"]
+        assert container["image"] == k8s.gpu_image
+        accel = container["resources"]["accelerator"]
+        assert (accel["resourceType"], int(accel["resourceCount"])) == ("nvidia.com/gpu", 4)
+        assert platform[label]["nodeSelector"]["labels"] == k8s.node_selector
+        assert platform[label]["tolerations"][0]["key"] == "nvidia.com/gpu"
+        assert platform[label]["emptyDirMounts"][0]["mountPath"] == "/dev/shm"
+        assert platform[label]["secretAsEnv"][0]["secretName"] == k8s.s3_secret
+    for step in ("evaluate", "register"):  # unchanged: eval on 1 GPU, register on the CPU image
+        assert len(executors_of(spec, step)) == cfg.iterations
+
+    def source(task: dict, name: str) -> tuple[str, str]:
+        art = task["inputs"]["artifacts"][name]["taskOutputArtifact"]
+        return art["producerTask"], art["outputArtifactKey"]
+
+    # Per iteration: verl-train -> evaluate -> register, each verl-train starting from the last.
+    previous = (keys["initial-model"], "model")
+    for i in range(cfg.first_iteration, cfg.first_iteration + cfg.iterations):
+        vt, ev, rg = tasks[f"verl-train-{i}"], tasks[f"evaluate-{i}"], tasks[f"register-{i}"]
+        vt_key = keys[f"verl-train-{i}"]
+        assert source(vt, "model") == previous
+        assert source(vt, "inits") == (keys["game-init"], "inits")
+        assert vt["inputs"]["parameters"]["iteration"]["runtimeValue"]["constant"] == i
+        assert "games_per_iteration" in str(vt["inputs"]["parameters"]["games"])
+        assert source(ev, "model") == (vt_key, "trained") and source(ev, "previous") == previous
+        assert source(rg, "model") == (vt_key, "trained")
+        assert source(rg, "samples") == (vt_key, "data")
+        assert source(rg, "train_metrics") == source(rg, "rollout_metrics") == (vt_key, "metrics")
+        assert source(rg, "evaluation") == (keys[f"evaluate-{i}"], "evaluation")
+        previous = (vt_key, "trained")
+    executed = [
+        t
+        for t in tasks.values()
+        if "executorLabel" in spec["components"][t["componentRef"]["name"]]
+    ]
+    assert len(executed) == 3 + bool(cfg.warm_start) + 3 * cfg.iterations + 1  # + finish
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"device": "cpu"}, "verl needs GPUs"),
+        ({"verl": {"nnodes": 2}}, "multi-node"),
+        ({"games_per_iteration": 256}, r"set games_per_iteration >= 512"),
+        ({"train_backend": "jax"}, "'torch' or 'verl'"),
+        ({"verl": {"rollout_n": 1}}, "greater than or equal to 2"),
+    ],
+)
+def test_verl_config_errors_name_the_fix(override, message):
+    with pytest.raises(ValidationError, match=message):
+        PipelineConfig.model_validate({"train_backend": "verl", "games_per_iteration": 1024,
+                                       "game_params": {"k": 3}, **override})  # fmt: skip

@@ -19,7 +19,8 @@ import numpy as np
 import torch
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, register_adv_est
 
-ESTIMATOR = "sparring_grpo"
+from sparring.verl_backend.config import ESTIMATOR
+
 SEP = "|"
 
 

@@ -38,8 +38,10 @@ from verl.experimental.agent_loop.agent_loop import (
 from sparring.games import Game, make_game
 from sparring.generation.stops import trim_reply, turn_stop_ids
 from sparring.samples import TokenTrace
+from sparring.verl_backend.config import AGENT_NAME
 
-AGENT_NAME = "sparring_selfplay"
+__all__ = ["AGENT_NAME", "SeatTrace", "SparringSelfPlayLoop", "focal_output", "play_game"]
+
 
 Generate = Callable[
     ..., Awaitable[Any]

@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from sparring.games import make_game
-from sparring.verl_backend.agent_loop import AGENT_NAME
+from sparring.verl_backend.config import AGENT_NAME
 
 GROUP_KEYS = ("init_seat", "role", "country")
 

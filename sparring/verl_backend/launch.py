@@ -16,62 +16,13 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
-from typing import Literal
 
 import yaml
-from pydantic import BaseModel, Field, model_validator
 
-from sparring.verl_backend.advantage import ESTIMATOR
-from sparring.verl_backend.agent_loop import AGENT_NAME
+from sparring.verl_backend.config import AGENT_NAME, ESTIMATOR, VerlConfig
 
-
-class VerlConfig(BaseModel):
-    """Settings of one verl GRPO run (train.backend: verl)."""
-
-    n_gpus_per_node: int = Field(8, ge=1)
-    nnodes: int = Field(1, ge=1)
-    rollout_n: int = Field(8, ge=2)
-    """Plays per (state, seat) row: the GRPO group size."""
-    train_batch_size: int = Field(64, ge=1)
-    """Rows (state x seat) per step; the step trains on train_batch_size * rollout_n games."""
-    ppo_mini_batch_size: int = Field(16, ge=1)
-    micro_batch_size_per_gpu: int = Field(2, ge=1)
-    lr: float = Field(1e-6, gt=0)
-    kl_coef: float = Field(0.001, ge=0)
-    """KL-to-reference loss weight (low_var_kl); 0 turns the KL loss and the ref model off."""
-    group_key: Literal["init_seat", "role", "country"] = "init_seat"
-    """init_seat = stock GRPO by uid; role / country = `sparring_grpo` (needs uid tagging)."""
-    norm_adv_by_std: bool = True
-    tp_size: int = Field(1, ge=1)
-    """SGLang tensor-parallel size of each rollout replica."""
-    gpu_memory_utilization: float = Field(0.5, gt=0, lt=1)
-    """SGLang's share of each GPU (the FSDP actor shares the GPU between phases)."""
-    max_prompt_length: int = Field(1024, ge=16)
-    max_response_length: int = Field(4096, ge=16)
-    """Whole-game budget after the focal seat's first reply (all turns, both seats)."""
-    max_new_tokens: int = Field(256, ge=1)
-    """Per-turn cap."""
-    total_epochs: int = Field(1, ge=1)
-    save_freq: int = Field(10, ge=1)
-    test_freq: int = Field(10, ge=1)
-    project_name: str = "sparring"
-    experiment_name: str = "selfplay"
-
-    @model_validator(mode="after")
-    def _check(self) -> VerlConfig:
-        if self.train_batch_size % self.ppo_mini_batch_size:
-            raise ValueError(
-                f"train_batch_size ({self.train_batch_size}) must be a multiple of "
-                f"ppo_mini_batch_size ({self.ppo_mini_batch_size})"
-            )
-        if self.n_gpus_per_node % self.tp_size:
-            raise ValueError(
-                f"n_gpus_per_node ({self.n_gpus_per_node}) must be a multiple of tp_size "
-                f"({self.tp_size})"
-            )
-        if self.max_new_tokens >= self.max_response_length:
-            raise ValueError("max_new_tokens must be below max_response_length (a whole game)")
-        return self
+__all__ = ["VerlConfig", "latest_actor_dir", "merge_command", "verl_command", "verl_overrides",
+           "write_agent_loop_config"]  # fmt: skip
 
 
 def write_agent_loop_config(path: str | Path, cfg: VerlConfig) -> Path:
@@ -134,7 +85,7 @@ def verl_overrides(
         f"trainer.test_freq={cfg.test_freq}",
         f"trainer.default_local_dir={Path(out_dir) / 'ckpt'}",
         "trainer.resume_mode=auto",
-        "trainer.logger=[console]",
+        "trainer.logger=[console,file]",  # file: $VERL_FILE_LOGGER_PATH (JSONL)
         f"trainer.project_name={cfg.project_name}",
         f"trainer.experiment_name={cfg.experiment_name}",
     ]
