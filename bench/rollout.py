@@ -2,10 +2,19 @@
 
     .venv/bin/python bench/rollout.py            # 64 games, k=4 (about 3 minutes on 2 cores)
     .venv/bin/python bench/rollout.py --games 4  # smoke size
+    .venv/bin/python bench/rollout.py --backend openai --base-url http://127.0.0.1:30000 \\
+        --model Qwen/Qwen2.5-1.5B-Instruct      # any backend of sparring.generation.factory
 
 The baseline is what a user of dialop's env would write: for each game, for each turn, render
 the chat template, generate for that one seat, step. Prints games/s for both, tokens/s, and the
-share of wall time inside the model's forward passes, then `RESULT rollout_speedup <ratio>`.
+share of wall time inside the model's forward passes (hf only), then
+`RESULT rollout_speedup <ratio>`.
+
+With a CUDA GPU (`torch.cuda.is_available()`) it measures the GPU throughput instead, for the
+documented model config (configs/pipeline-gpu.yaml: its model, game_params,
+rollout.max_batch_size and max_new_tokens, 512 games unless flags say otherwise), batched only
+(`--baseline` adds the game-by-game loop and its speedup line), and ends with
+`RESULT rollout_tokens_per_s <generated tokens per second>`.
 """
 
 from __future__ import annotations
@@ -15,15 +24,23 @@ import json
 import tempfile
 import time
 
+import torch
+import yaml
+
 from sparring.game_init import GameInitConfig, generate_inits
 from sparring.games import make_game
-from sparring.generation.base import SamplingParams
-from sparring.generation.hf import HFBackend
+from sparring.generation.base import GenerationBackend, SamplingParams
+from sparring.generation.factory import BACKENDS, BackendConfig, make_backend
+from sparring.pipeline_config import CONFIG_DIR
 from sparring.rollout import RolloutConfig, play
 from sparring.tiny_model import init_tiny
 
+GPU_CONFIG = CONFIG_DIR / "pipeline-gpu.yaml"
 
-def sequential(backend: HFBackend, inits, game_params: dict, sampling: SamplingParams) -> int:
+
+def sequential(
+    backend: GenerationBackend, inits, game_params: dict, sampling: SamplingParams
+) -> int:
     """Game-by-game loop; returns the number of generate calls."""
     calls = 0
     for _, state in inits:
@@ -40,44 +57,88 @@ def sequential(backend: HFBackend, inits, game_params: dict, sampling: SamplingP
     return calls
 
 
+def gpu_defaults() -> dict:
+    """The documented GPU config's model, table size, batch and per-turn budget."""
+    cfg = yaml.safe_load(GPU_CONFIG.read_text())
+    rollout = cfg.get("rollout", {})
+    return {
+        "model": cfg["model"], "k": cfg["game_params"]["k"], "games": 512,
+        "max_new_tokens": rollout.get("sampling", {}).get("max_new_tokens", 256),
+        "max_batch_size": rollout.get("max_batch_size", 256),
+    }  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--games", type=int, default=64, help="seeded games to play each way")
-    ap.add_argument("--k", type=int, default=4, help="table size")
+    ap.add_argument("--games", type=int, help="seeded games to play each way (CPU 64, GPU 512)")
+    ap.add_argument("--k", type=int, help="table size (CPU 4, GPU: the GPU config's)")
     ap.add_argument("--max-turns", type=int, default=6)
-    ap.add_argument("--max-new-tokens", type=int, default=24)
-    ap.add_argument("--model", help="checkpoint (default: a fresh tiny model)")
+    ap.add_argument("--max-new-tokens", type=int, help="per turn (CPU 24, GPU: the config's)")
+    ap.add_argument("--model", help="checkpoint (CPU: a fresh tiny model; GPU: the config's)")
+    ap.add_argument("--backend", choices=BACKENDS, default="hf", help="generation engine")
+    ap.add_argument("--base-url", help="openai backend: the server root, e.g. http://host:30000")
+    ap.add_argument("--baseline", action="store_true", help="GPU: also run the game-by-game loop")
     args = ap.parse_args()
 
-    model = args.model or str(init_tiny(tempfile.mkdtemp(prefix="sparring-tiny-")))
-    game_params = {"k": args.k, "max_turns": args.max_turns}
+    gpu = torch.cuda.is_available()
+    d = gpu_defaults() if gpu else {"k": 4, "games": 64, "max_new_tokens": 24}
+    games, k = args.games or d["games"], args.k or d["k"]
+    max_new_tokens = args.max_new_tokens or d["max_new_tokens"]
+    model = (
+        args.model or d.get("model") or str(init_tiny(tempfile.mkdtemp(prefix="sparring-tiny-")))
+    )
+    try:  # e.g. openai without --base-url
+        backend_cfg = BackendConfig(name=args.backend, base_url=args.base_url)
+    except ValueError as e:
+        ap.error(str(e).splitlines()[1].strip())
+    batch = min(games, d.get("max_batch_size", games))
+    backend = make_backend(
+        model, backend_cfg, device="cuda" if gpu else "cpu", max_batch_size=batch
+    )
+
+    game_params = {"k": k, "max_turns": args.max_turns}
     df = generate_inits(
-        GameInitConfig(game_params=game_params, num_train=args.games, num_val=0), progress=False
+        GameInitConfig(game_params=game_params, num_train=games, num_val=0), progress=False
     )
     inits = [(r.init_id, json.loads(r.state)) for r in df.itertuples()]
-    sampling = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens, seed=0)
-    backend = HFBackend(model, device="cpu", max_batch_size=args.games)
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens, seed=0)
+    print(f"{args.backend} on {'cuda' if gpu else 'cpu'}: {model}, {games} games, k={k}, "
+          f"max_new_tokens={max_new_tokens}")  # fmt: skip
 
-    cfg = RolloutConfig(game_params=game_params, games_per_init=1, sampling=sampling)
-    backend.forward_seconds, backend.generated_tokens = 0.0, 0
+    def reset() -> None:  # per-backend counters of generated tokens (and hf forward time)
+        backend.generated_tokens = 0
+        if hasattr(backend, "forward_seconds"):
+            backend.forward_seconds = 0.0
+
+    def share(seconds: float) -> str:  # only the hf backend times its forward passes
+        fwd = getattr(backend, "forward_seconds", None)
+        return "" if fwd is None else f"  forward share {fwd / seconds:.2f}"
+
+    cfg = RolloutConfig(game_params=game_params, games_per_init=1, sampling=sampling,
+                        max_batch_size=batch)  # fmt: skip
+    reset()
     result = play(inits, {"policy": backend}, cfg, progress=False)
     batched_gps = len(inits) / result.seconds
-    fwd_share = backend.forward_seconds / result.seconds
+    tokens_per_s = result.generated_tokens / result.seconds
     print(f"batched:    {result.seconds:7.1f} s  {batched_gps:6.3f} games/s  "
-          f"{result.generated_tokens / result.seconds:7.1f} tokens/s  "
-          f"{result.generate_calls} generate calls  forward share {fwd_share:.2f}")  # fmt: skip
+          f"{tokens_per_s:7.1f} tokens/s  {result.generate_calls} generate calls"
+          f"{share(result.seconds)}")  # fmt: skip
 
-    backend.forward_seconds, backend.generated_tokens = 0.0, 0
-    t0 = time.perf_counter()
-    calls = sequential(backend, inits, game_params, sampling)
-    seq_s = time.perf_counter() - t0
-    seq_gps = len(inits) / seq_s
-    print(f"sequential: {seq_s:7.1f} s  {seq_gps:6.3f} games/s  "
-          f"{backend.generated_tokens / seq_s:7.1f} tokens/s  {calls} generate calls  "
-          f"forward share {backend.forward_seconds / seq_s:.2f}")  # fmt: skip
-    print(f"RESULT rollout_speedup {batched_gps / seq_gps:.2f}")
+    if not gpu or args.baseline:
+        reset()
+        t0 = time.perf_counter()
+        calls = sequential(backend, inits, game_params, sampling)
+        seq_s = time.perf_counter() - t0
+        seq_gps = len(inits) / seq_s
+        print(f"sequential: {seq_s:7.1f} s  {seq_gps:6.3f} games/s  "
+              f"{backend.generated_tokens / seq_s:7.1f} tokens/s  {calls} generate calls"
+              f"{share(seq_s)}")  # fmt: skip
+        print(f"RESULT rollout_speedup {batched_gps / seq_gps:.2f}")
+    backend.close()
+    if gpu:
+        print(f"RESULT rollout_tokens_per_s {tokens_per_s:.1f}")
 
 
 if __name__ == "__main__":
