@@ -1,4 +1,4 @@
-"""verl training backend (route 1, online self-play inside verl; see README "GPU backends").
+"""verl training backend (route 1, online self-play inside verl; see README "Scale up: GPU backends").
 
 agent_loop  the registered `sparring_selfplay` loop: whole games, focal-seat masks, reward
 data        dataset rows (initial state x seat) so that uid groups "same state, same seat"
