@@ -92,25 +92,28 @@ def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--iterations", type=int, default=6)
+    ap.add_argument("--iterations", type=int, default=8)
     ap.add_argument("--k", type=int, default=3, help="table size")
     ap.add_argument("--max-turns", type=int, default=8)
     ap.add_argument("--random-names", action="store_true", help="dialop's random names (harder)")
-    ap.add_argument("--train-states", type=int, default=32, help="states per rollout")
+    ap.add_argument("--train-states", type=int, default=24, help="states per rollout")
     ap.add_argument("--games-per-init", type=int, default=8, help="GRPO group size (key: init)")
-    ap.add_argument("--val-states", type=int, default=96)
+    ap.add_argument("--val-states", type=int, default=128)
     ap.add_argument("--sft-states", type=int, default=600, help="scripted games for the warm start")
     ap.add_argument("--sft-epochs", type=int, default=3)
     ap.add_argument("--sft-lr", type=float, default=3e-3)
-    ap.add_argument("--lr", type=float, default=2e-4, help="GRPO learning rate")
-    ap.add_argument("--epochs", type=int, default=2, help="PPO epochs per iteration")
-    ap.add_argument("--mini-batch", type=int, default=64, help="sequences per optimizer step")
+    ap.add_argument("--lr", type=float, default=1e-4, help="GRPO learning rate")
+    ap.add_argument("--epochs", type=int, default=1, help="PPO epochs per iteration")
+    ap.add_argument("--mini-batch", type=int, default=32, help="sequences per optimizer step")
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--kl-coef", type=float, default=0.0)
     ap.add_argument("--group-key", default="init")
     ap.add_argument("--max-new-tokens", type=int, default=40)
-    ap.add_argument("--warm-model", help="skip the warm start: use this SFT checkpoint (e.g. OUT/iter-0 "
-                    "of an earlier run with the same state arguments) to tune the RL settings")
+    ap.add_argument(
+        "--warm-model",
+        help="skip the warm start: use this SFT checkpoint (e.g. OUT/iter-0 "
+        "of an earlier run with the same state arguments) to tune the RL settings",
+    )
     ap.add_argument("--out", help="work directory (default: a temp dir)")
     args = ap.parse_args()
 
@@ -123,7 +126,9 @@ def main() -> None:
     inits = write_inits(GameInitConfig(game_params=game, num_train=n_train, num_val=args.val_states, seed=0),
                         work / "inits", progress=False)  # fmt: skip
     train_states = load_inits(inits["train"])
-    model = args.warm_model or warm_start(str(init_tiny(work / "tiny")), train_states[: args.sft_states], game, args, work)
+    model = args.warm_model or warm_start(
+        str(init_tiny(work / "tiny")), train_states[: args.sft_states], game, args, work
+    )
     curve = [{"iteration": 0, **val_metrics(model, inits["val"], game, sampling)}]
 
     def report(row: dict) -> None:
