@@ -1,6 +1,6 @@
 """KFP component: batched self-play rollout (see sparring.steps.rollout)."""
 
-from kfp.dsl import Dataset, Input, Metrics, Model, Output
+from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
 
 
 def rollout(
@@ -12,8 +12,10 @@ def rollout(
     run_name: str,
     samples: Output[Dataset],
     metrics: Output[Metrics],
+    schedule: Output[Artifact],
+    previous_schedule: Input[Artifact] = None,
 ):
-    """Play `games` self-play games with the current model.
+    """Play `games` games with the current model: self-play, or the opponent mix.
 
     Args:
         config: the PipelineConfig as JSON.
@@ -22,14 +24,30 @@ def rollout(
         iteration: the round; picks the states and the sampling seed.
         games: games to play (a multiple of rollout.games_per_init).
         run_name: from `start`; the upload goes to <storage.root>/<run_name>/<iteration>/rollout.
-        samples: folder with games.jsonl, samples.parquet and stats.json.
-        metrics: rollout/* and perf/* statistics.
+        samples: folder with games.jsonl, samples.parquet and stats.json (with the opponent
+            mix also schedule.json and seat_plan.jsonl).
+        metrics: rollout/* and perf/* statistics (with the opponent mix also difficulty/*).
+        schedule: the difficulty schedule after this rollout (schedule.json), `{}` after pure
+            self-play; the next iteration's `previous_schedule`.
+        previous_schedule: the previous rollout's `schedule`; none in the first iteration.
     """
+    import os
+    import shutil
+
     from sparring import steps
     from sparring.pipeline_config import PipelineConfig
 
     cfg = PipelineConfig.model_validate_json(config)
     train_inits = f"{inits.path}/train.parquet"
-    stats = steps.rollout(cfg, model.path, train_inits, iteration, games, samples.path, run_name)
+    previous = previous_schedule.path if previous_schedule else None
+    stats = steps.rollout(
+        cfg, model.path, train_inits, iteration, games, samples.path, run_name, previous
+    )
+    saved = f"{samples.path}/schedule.json"
+    if os.path.exists(saved):
+        shutil.copyfile(saved, schedule.path)
+    else:
+        with open(schedule.path, "w") as f:
+            f.write("{}")
     for name, value in stats.items():
         metrics.log_metric(name, value)

@@ -6,7 +6,9 @@
 A campaign is longer than one pipeline should hold (the unrolled IR grows ~4 KB per
 iteration): it submits one run per block of iterations, waits for it, and starts the next
 block from the MLflow champion (`models:/<registered_model>@champion`). Every block shares one
-`run_name`, so the storage layout `<root>/<run>/<iteration>/…` continues across blocks.
+`run_name`, so the storage layout `<root>/<run>/<iteration>/…` continues across blocks, and
+so does the opponents' difficulty schedule: a block's first rollout reads the schedule.json the
+last rollout stored (sparring.steps.rollout).
 """
 
 import tempfile

@@ -8,7 +8,8 @@ rollout → train → evaluate → register, unrolled at compile time (KFP v2 ha
 the warm start, images, GPUs, node selectors, tolerations, the S3 Secret, /dev/shm, retries,
 caching. At run time the KFP UI exposes `config` (the whole PipelineConfig as JSON),
 `games_per_iteration` and `group_key`. Each iteration's model is the previous train step's
-output; the first is `config.model` (optionally warm-started by SFT). With
+output; the first is `config.model` (optionally warm-started by SFT). Each rollout after the
+first gets the previous one's difficulty schedule (`opponents`, sparring.steps.rollout). With
 `train_backend: verl` an iteration is verl-train → evaluate → register instead: one task on
 `verl.n_gpus_per_node` GPUs plays and trains inside verl (sparring.steps.train_verl). The IR grows by about
 4 KB per iteration: for long campaigns use `pipelines.driver`, one run per block.
@@ -88,7 +89,7 @@ def build_pipeline(cfg: PipelineConfig):
                     inits=inits,
                 )
                 model = warm.outputs["model"]
-            reference, last_register = model, None
+            reference, last_register, schedule = model, None, {}
             for i in range(cfg.first_iteration, cfg.first_iteration + cfg.iterations):
                 if cfg.train_backend == "verl":  # one GPU task plays and trains (route 1)
                     tr = task(
@@ -101,8 +102,9 @@ def build_pipeline(cfg: PipelineConfig):
                     ro = task(
                         c.rollout, f"rollout-{i}", k8s.rollout_gpus, config=config,
                         model=model, inits=inits, iteration=i, games=games_per_iteration,
-                        run_name=run_name,
+                        run_name=run_name, **schedule,
                     )  # fmt: skip
+                    schedule = {"previous_schedule": ro.outputs["schedule"]}  # carried on
                     tr = task(
                         c.train, f"train-{i}", k8s.train_gpus, config=config, model=model,
                         reference=reference, samples=ro.outputs["samples"], group_key=group_key,

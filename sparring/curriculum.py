@@ -20,11 +20,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class DifficultyConfig(BaseModel):
     """How opponent strength follows each country's recent reward."""
+
+    model_config = ConfigDict(extra="forbid")  # a misspelt field in a pipeline config fails
 
     pool: list[str] = Field(default_factory=lambda: ["hold", "random-legal", "greedy"])
     """Opponent names, weakest first (scripted agents or checkpoint names)."""

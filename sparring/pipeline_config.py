@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sparring import __version__, configs
+from sparring.curriculum import DifficultyConfig
 from sparring.evaluate import EvalConfig
 from sparring.game_init import GameInitConfig
 from sparring.rollout import RolloutConfig
@@ -45,6 +46,20 @@ class WarmStart(_Strict):
     agent: str = "matching-scripted"  # scripted agent that plays every seat
     num_states: int = Field(32, ge=1)  # train initial states it plays (once each)
     train: dict[str, Any] = Field(default_factory=dict)  # SFT settings: TrainConfig fields
+
+
+class Opponents(_Strict):
+    """Who the learner plays in each rollout (seed 001; see sparring.opponents): pure self-play,
+    or a share of the games with the learner in one country against scripted opponents whose
+    strength follows that country's difficulty schedule, carried from iteration to iteration."""
+
+    selfplay_fraction: float = Field(1.0, ge=0.0, le=1.0)  # 1 = pure self-play (the default)
+    difficulty: DifficultyConfig = Field(default_factory=DifficultyConfig)  # pool: scripted agents
+
+    @property
+    def mixed(self) -> bool:
+        """Whether some games seat the learner against the pool."""
+        return self.selfplay_fraction < 1.0
 
 
 class StorageSettings(_Strict):
@@ -102,6 +117,7 @@ class PipelineConfig(_Strict):
     device: str = "auto"  # cpu, cuda or auto
     game_init: GameInitConfig = Field(default_factory=GameInitConfig)  # state counts and seed
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)  # iteration i samples with seed+i
+    opponents: Opponents = Field(default_factory=Opponents)  # self-play or the opponent mix
     train: dict[str, Any] = Field(default_factory=dict)  # GRPO settings: TrainConfig fields
     # Who trains each iteration. torch: the pipeline's rollout step, then `sparring.train` (CPU
     # or one GPU). verl: one `verl-train` task per iteration runs verl's main_ppo with online
@@ -142,7 +158,27 @@ class PipelineConfig(_Strict):
             raise ValueError(f"champion_metric {self.champion_metric!r} must be an eval/* metric")
         if self.train_backend == "verl":
             self._check_verl()
+        if self.opponents.mixed:
+            self._check_opponents()
         return self
+
+    def _check_opponents(self) -> None:
+        """What an opponent mix (`opponents.selfplay_fraction` < 1) needs of the config."""
+        from sparring.agents import agents_for
+
+        if self.train_backend != "torch":
+            raise ValueError("opponents.selfplay_fraction < 1 needs train_backend: torch")
+        if self.rollout.seats is not None:
+            raise ValueError(
+                "set either rollout.seats or opponents.selfplay_fraction < 1, not both"
+            )
+        scripted = agents_for(self.game)
+        unknown = [name for name in self.opponents.difficulty.pool if name not in scripted]
+        if unknown:
+            raise ValueError(
+                f"opponents.difficulty.pool names {unknown}, which are not scripted agents of "
+                f"{self.game!r}; the pipeline seats these only: {scripted}"
+            )
 
     def _check_verl(self) -> None:
         """What `train_backend: verl` needs of the rest of the config."""

@@ -148,8 +148,14 @@ def rollout(
     games: int,
     out_dir: str | Path,
     run_name: str,
+    schedule: str | Path | None = None,
 ) -> dict[str, float]:
-    """Play `games` self-play games (train states, rotating per iteration) and upload them."""
+    """Play `games` games (train states, rotating per iteration) and upload them.
+
+    Pure self-play, or with `opponents.selfplay_fraction` < 1 the opponent mix: the
+    difficulty schedule continues from the previous rollout's (`_schedule_state`), seats the
+    games (`sparring.opponents.plan_seats`), moves with the learner's rewards and is saved in
+    `out_dir` (`_save_schedule`)."""
     from sparring.rollout import build_policies, load_inits, play, write_outputs
 
     inits = load_inits(train_inits)
@@ -158,15 +164,79 @@ def rollout(
     sampling = cfg.rollout.sampling
     seed = None if sampling.seed is None else sampling.seed + iteration
     rcfg = cfg.rollout.model_copy(update={"sampling": sampling.model_copy(update={"seed": seed})})
+    mix = _opponent_mix(cfg, n, iteration, run_name, schedule) if cfg.opponents.mixed else None
+    seats = sorted({name for row in mix.plan for name in row}) if mix else rcfg.seats
     policies = build_policies(
-        model_dir, rcfg.seats, cfg.device, rcfg.max_batch_size, backend=rcfg.backend
+        model_dir, seats, cfg.device, rcfg.max_batch_size, backend=rcfg.backend
     )
-    result = play(chosen, policies, rcfg, progress=False)
+    result = play(chosen, policies, rcfg, progress=False, seat_plan=mix.plan if mix else None)
     paths = write_outputs(result, out_dir)
-    _upload(cfg, out_dir, _uri(cfg, run_name, iteration, "rollout"))
     stats = json.loads(paths["stats"].read_text())
+    if mix:
+        stats |= _save_schedule(mix, chosen, iteration, result.episodes, out_dir)
+    _upload(cfg, out_dir, _uri(cfg, run_name, iteration, "rollout"))
     log(f"iteration {iteration}: rollout reward {stats['rollout/normalized_reward']:.3f}")
     return stats
+
+
+class OpponentMix(NamedTuple):
+    """One rollout's opponent mix (see sparring.opponents)."""
+
+    schedule: Any  # the DifficultySchedule it follows
+    plan: list[list[str]]  # policy name per seat, per initial state
+    rows: list[dict[str, Any]]  # one log row per initial state
+
+
+def _schedule_state(
+    cfg: PipelineConfig, run_name: str, iteration: int, previous: str | Path | None
+) -> dict[str, Any]:
+    """The schedule state (`DifficultySchedule.to_dict`) a rollout continues: the file
+    `previous` (the pipeline passes the previous rollout's schedule.json), or without one the
+    schedule.json that rollout `iteration - 1` of this run stored (so a campaign block's first
+    rollout continues the last block's); `{}` (a new schedule) when there is none."""
+    if previous is not None:
+        text = Path(previous).read_text() if Path(previous).exists() else None
+    elif iteration > 0:
+        uri = _uri(cfg, run_name, iteration - 1, "rollout")
+        text = storage.read_text(uri, "schedule.json", cfg.storage.client_config())
+    else:
+        text = None
+    return json.loads(text or "{}")
+
+
+def _opponent_mix(
+    cfg: PipelineConfig, num_inits: int, iteration: int, run_name: str,
+    previous: str | Path | None,
+) -> OpponentMix:  # fmt: skip
+    """Seat `num_inits` states by the schedule the last rollout left (or a new one)."""
+    from sparring.curriculum import DifficultySchedule
+    from sparring.games import make_game
+    from sparring.opponents import plan_seats
+
+    state = _schedule_state(cfg, run_name, iteration, previous)
+    new = DifficultySchedule(cfg.opponents.difficulty)
+    schedule = DifficultySchedule.from_dict(state) if state else new
+    roles = make_game(cfg.game, **cfg.game_params).roles
+    fraction = cfg.opponents.selfplay_fraction
+    return OpponentMix(schedule, *plan_seats(num_inits, roles, schedule, fraction, iteration))
+
+
+def _save_schedule(
+    mix: OpponentMix, inits: list[tuple[str, dict[str, Any]]], iteration: int,
+    episodes: list[Any], out_dir: str | Path,
+) -> dict[str, float]:  # fmt: skip
+    """Update the schedule with the learner's rewards; write `schedule.json` (its state and
+    history) and `seat_plan.jsonl` (one row per initial state, with its `init_id`) into
+    `out_dir`; return its `difficulty/<country>` metrics."""
+    from sparring.opponents import learner_rewards
+
+    mix.schedule.update(iteration, learner_rewards(episodes))
+    out = Path(out_dir)
+    (out / "schedule.json").write_text(json.dumps(mix.schedule.to_dict(), indent=1))
+    with open(out / "seat_plan.jsonl", "w") as f:
+        for row, (init_id, _) in zip(mix.rows, inits, strict=True):
+            f.write(json.dumps({"iteration": iteration, "init_id": init_id, **row}) + "\n")
+    return mix.schedule.metrics()
 
 
 def train(

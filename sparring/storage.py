@@ -359,6 +359,11 @@ def read_manifest(uri: str, config: StorageConfig | None = None) -> list[FileEnt
     return _manifest(_open_store(uri, config))
 
 
+def read_text(uri: str, rel: str, config: StorageConfig | None = None) -> str | None:
+    """The text of the file `rel` under `uri`; None if there is none."""
+    return _open_store(uri, config).read_text(rel)
+
+
 def _manifest(store: _Store) -> list[FileEntry]:
     text = store.read_text(MANIFEST)
     if text is None:

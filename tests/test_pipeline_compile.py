@@ -15,6 +15,7 @@ from sparring.pipeline_config import CONFIG_DIR, PipelineConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 GPU_CONFIG = CONFIG_DIR / "pipeline-gpu.yaml"
+MIX = {"selfplay_fraction": 0.5, "difficulty": {"pool": ["matching-scripted"]}}  # matching's bot
 
 
 @pytest.fixture(scope="module")
@@ -111,11 +112,40 @@ def test_committed_yaml_is_current(gpu_yaml):
         ({"games_per_iteration": 6, "rollout": {"games_per_init": 4}}, "multiple of"),
         ({"group_key": "planet"}, "unknown group_key"),
         ({"kubernetes": {"gpus": 1}}, "Extra inputs are not permitted"),
+        ({"opponents": {"selfplay_fraction": 1.5}}, "less than or equal to 1"),
+        ({"opponents": {"difficulty": {"windw": 3}}}, "Extra inputs are not permitted"),
+        ({"opponents": {"selfplay_fraction": 0.5}}, "not scripted agents of 'matching'"),
+        ({"rollout": {"seats": ["policy", "matching-scripted"]}, "opponents": MIX}, "not both"),
     ],
 )
 def test_config_errors_name_the_fix(override, message):
     with pytest.raises(ValidationError, match=message):
         PipelineConfig.model_validate({"game_params": {"k": 3}, **override})
+
+
+def test_opponent_pool_must_be_the_games_scripted_agents():
+    dip = {"game": "diplomacy", "opponents": {"selfplay_fraction": 0.5}}
+    with pytest.raises(ValidationError, match=r"names \['iter-3'\], which are not scripted"):
+        PipelineConfig.model_validate(dip | {"opponents": {"selfplay_fraction": 0.5, "difficulty":
+                                             {"pool": ["hold", "iter-3"]}}})  # fmt: skip
+    assert PipelineConfig.model_validate(dip).opponents.difficulty.pool == [
+        "hold", "random-legal", "greedy"
+    ]  # fmt: skip
+
+
+def test_each_rollout_gets_the_previous_rollouts_schedule(gpu_yaml):
+    spec = next(yaml.safe_load_all(gpu_yaml.read_text()))
+    dags = [spec["root"], *(c for c in spec["components"].values() if "dag" in c)]
+    keys = {t["taskInfo"]["name"]: k for d in dags for k, t in d["dag"]["tasks"].items()}
+    tasks = {t["taskInfo"]["name"]: t for t in all_tasks(spec)}
+    cfg = PipelineConfig.from_yaml(GPU_CONFIG)
+    first = cfg.first_iteration
+    assert "previous_schedule" not in tasks[f"rollout-{first}"]["inputs"]["artifacts"]
+    for i in range(first + 1, first + cfg.iterations):
+        source = tasks[f"rollout-{i}"]["inputs"]["artifacts"]["previous_schedule"]
+        assert source["taskOutputArtifact"] == {
+            "producerTask": keys[f"rollout-{i - 1}"], "outputArtifactKey": "schedule"
+        }  # fmt: skip
 
 
 def test_train_sections_are_checked_at_build_time():
@@ -202,6 +232,7 @@ def test_verl_pipeline_replaces_rollout_and_train_with_one_gpu_task(tmp_path):
         ({"games_per_iteration": 256}, r"set games_per_iteration >= 512"),
         ({"train_backend": "jax"}, "'torch' or 'verl'"),
         ({"verl": {"rollout_n": 1}}, "greater than or equal to 2"),
+        ({"opponents": MIX}, "needs train_backend: torch"),
     ],
 )
 def test_verl_config_errors_name_the_fix(override, message):

@@ -3,6 +3,7 @@ a step with a clear error before anything is registered; remote model refs load 
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 
@@ -142,6 +143,54 @@ def test_diplomacy_runs_through_every_pipeline_step(tiny_model_dir, tmp_path):
     parent = PipelineRun.start(cfg.tracking, "r").run_id
     done = steps.register(cfg, parent, "r", 0, str(tmp_path / "m1"), stats | metrics | ev)
     assert done.version == "1" and storage.verify(done.checkpoint_uri, deep=True)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_diplomacy_opponent_mix_follows_and_carries_the_schedule(tiny_model_dir, tmp_path):
+    """`opponents.selfplay_fraction: 0.5`: one of two states is self-play, the other seats the
+    learner in one country against the scheduled bot; that country's level moves with its
+    rewards, and the next rollout continues the schedule: from the schedule.json it is given
+    (the pipeline's artifact) or else from the one stored by the previous iteration."""
+    pytest.importorskip("diplomacy")
+    cfg = PipelineConfig.model_validate({
+        "game": "diplomacy", "game_params": {"horizon": 1, "press": False},
+        "games_per_iteration": 4, "device": "cpu", "game_init": {"num_train": 4, "num_val": 1},
+        "rollout": {"games_per_init": 2, "sampling": {"max_new_tokens": 8}},
+        "opponents": {"selfplay_fraction": 0.5, "difficulty": {  # every window moves up
+            "pool": ["hold", "random-legal", "greedy"], "window": 1, "raise_above": -1.0,
+            "lower_below": -1.0}},
+        "storage": {"root": (tmp_path / "store").as_uri()},
+    })  # fmt: skip
+    train = str(steps.game_init(cfg, tmp_path / "inits", "r")["train"])
+    stats = steps.rollout(cfg, str(tiny_model_dir), train, 0, 4, tmp_path / "ro0", "r")
+    plan = read_jsonl(tmp_path / "ro0/seat_plan.jsonl")
+    assert [row["mode"] for row in plan].count("selfplay") == 1
+    games = read_jsonl(tmp_path / "ro0/games.jsonl")
+    roles = games[0]["roles"]
+    for row in plan:  # both plays of each state are seated as planned
+        seats = ["policy" if row["mode"] == "selfplay" or r == row["learner_country"] else "hold"
+                 for r in roles]  # fmt: skip
+        assert [g["seat_policies"] for g in games if g["init_id"] == row["init_id"]] == [seats] * 2
+    country = next(row["learner_country"] for row in plan if row["mode"] == "vs_pool")
+    assert stats[f"difficulty/{country}"] == 1.0  # up from `hold` to `random-legal`
+    saved = json.loads((tmp_path / "ro0/schedule.json").read_text())
+    assert saved["levels"] == {country: 1} and saved["history"][0]["iteration"] == 0
+    assert storage.verify(f"{cfg.storage.root}/r/0/rollout")  # uploaded with the rollout
+
+    again = steps.rollout(cfg, str(tiny_model_dir), train, 1, 4, tmp_path / "ro1", "r",
+                          schedule=tmp_path / "ro0/schedule.json")  # fmt: skip
+    carried = json.loads((tmp_path / "ro1/schedule.json").read_text())
+    assert carried["history"][: len(saved["history"])] == saved["history"]
+    assert carried["history"][-1]["iteration"] == 1 and again[f"difficulty/{country}"] >= 1.0
+    (mixed,) = [r for r in read_jsonl(tmp_path / "ro1/seat_plan.jsonl") if r["mode"] == "vs_pool"]
+    assert mixed["level"] == saved["levels"].get(mixed["learner_country"], 0)
+    # no schedule given (a campaign block's first rollout): the one stored by iteration 1
+    steps.rollout(cfg, str(tiny_model_dir), train, 2, 4, tmp_path / "ro2", "r")
+    resumed = json.loads((tmp_path / "ro2/schedule.json").read_text())
+    assert resumed["history"][: len(carried["history"])] == carried["history"]
 
 
 # ---- train_backend: verl (CPU: up to the launch; no GPU here) -----------------------------
