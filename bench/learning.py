@@ -106,6 +106,8 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=1, help="PPO epochs per iteration")
     ap.add_argument("--mini-batch", type=int, default=32, help="sequences per optimizer step")
     ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--invalid-penalty", type=float, default=0.0,
+                    help="reward shaping in the training rollouts only: minus this per invalid action")  # fmt: skip
     ap.add_argument("--kl-coef", type=float, default=0.0)
     ap.add_argument("--group-key", default="init")
     ap.add_argument("--max-new-tokens", type=int, default=40)
@@ -143,9 +145,10 @@ def main() -> None:
     # 3. self-play -> GRPO -> eval
     tcfg = TrainConfig(group_key=args.group_key, lr=args.lr, epochs=args.epochs, mini_batch_size=args.mini_batch,
                        micro_batch_size=16, kl_coef=args.kl_coef)  # fmt: skip
+    rollout_game = game | {"invalid_penalty": args.invalid_penalty}  # eval stays unshaped
     for it in range(1, args.iterations + 1):
         start = args.sft_states + (it - 1) * args.train_states
-        cfg = RolloutConfig(game_params=game, games_per_init=args.games_per_init,
+        cfg = RolloutConfig(game_params=rollout_game, games_per_init=args.games_per_init,
                             sampling=sampling.model_copy(update={"seed": 1000 + it}))  # fmt: skip
         result = play(train_states[start : start + args.train_states], {"policy": HFBackend(model, device="cpu")},
                       cfg, progress=False)  # fmt: skip

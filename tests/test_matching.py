@@ -195,3 +195,15 @@ def test_fixed_names_keep_the_table():
         "ELMo",
     ]
     assert fixed["table"] == randomized["table"] and fixed["views"] == randomized["views"]
+
+
+def test_invalid_penalty_charges_only_the_seat_that_erred():
+    plain, shaped = new_game(k=3), new_game(k=3, invalid_penalty=0.1)
+    for game in (plain, shaped):
+        assert not game.step(0, "[accept]").ok  # nothing to accept: seat 0 errs once
+        assert game.step(0, proposal_text(game, game.state["best_assignment"])).ok
+        assert game.step(1, "[accept]").ok and game.done
+    assert plain.rewards == [1.0, 1.0]
+    assert shaped.rewards == pytest.approx([0.9, 1.0])
+    with pytest.raises(ValueError, match="invalid_penalty"):
+        make_game("matching", invalid_penalty=-1)

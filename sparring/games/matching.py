@@ -11,7 +11,8 @@ Rules (from dialop, see DESIGN.md):
   `[message] text`, `[propose]` + exactly k `reviewer: paper` lines, `[accept]`, `[reject]`.
   After a proposal the partner must accept or reject. Accept ends the game; reject clears it.
 - Reward, shared by both seats: true value of the accepted assignment / best assignment value
-  (Hungarian, via scipy). No deal within `max_turns` turns gives 0.
+  (Hungarian, via scipy). No deal within `max_turns` turns gives 0. Optional shaping:
+  `invalid_penalty` (default 0, as in dialop) is subtracted per invalid action of that seat.
 - A bad action is shown to the actor only, who retries; after `max_retries` retries the turn is
   forfeited (a forfeited turn with a pending proposal counts as a reject).
 """
@@ -114,9 +115,13 @@ class MatchingGame(Game):
     def __init__(
         self, k: int = 8, p_visible: float = 0.4, hard_ratio: float | None = 1.25,
         max_turns: int = 30, max_retries: int = 2, random_names: bool = True,
+        invalid_penalty: float = 0.0,
     ) -> None:  # fmt: skip
         if max_turns < 2 or max_retries < 0:
             raise ValueError("max_turns must be >= 2 and max_retries >= 0")
+        if invalid_penalty < 0:
+            raise ValueError(f"invalid_penalty must be >= 0, got {invalid_penalty}")
+        self.invalid_penalty = invalid_penalty
         self.k, self.p_visible, self.hard_ratio = k, p_visible, hard_ratio
         self.random_names = random_names
         self.max_turns, self.max_retries = max_turns, max_retries
@@ -157,7 +162,7 @@ class MatchingGame(Game):
             if self._accepted
             else 0.0
         )
-        return [r, r]
+        return [r - self.invalid_penalty * n for n in self._stats.invalid_actions]
 
     def outcome(self) -> dict[str, Any]:
         return {
