@@ -92,7 +92,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--iterations", type=int, default=8)
+    ap.add_argument("--iterations", type=int, default=5)
     ap.add_argument("--k", type=int, default=3, help="table size")
     ap.add_argument("--max-turns", type=int, default=8)
     ap.add_argument("--random-names", action="store_true", help="dialop's random names (harder)")
@@ -102,13 +102,15 @@ def main() -> None:
     ap.add_argument("--sft-states", type=int, default=600, help="scripted games for the warm start")
     ap.add_argument("--sft-epochs", type=int, default=3)
     ap.add_argument("--sft-lr", type=float, default=3e-3)
-    ap.add_argument("--lr", type=float, default=1e-4, help="GRPO learning rate")
+    ap.add_argument("--lr", type=float, default=3e-4, help="GRPO learning rate")
     ap.add_argument("--epochs", type=int, default=1, help="PPO epochs per iteration")
     ap.add_argument("--mini-batch", type=int, default=32, help="sequences per optimizer step")
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--invalid-penalty", type=float, default=0.0,
                     help="reward shaping in the training rollouts only: minus this per invalid action")  # fmt: skip
     ap.add_argument("--kl-coef", type=float, default=0.0)
+    ap.add_argument("--loss-agg-mode", default="seq-mean-token-mean",
+                    help="verl agg_loss mode; token-mean lets long failed games dominate (README)")  # fmt: skip
     ap.add_argument("--group-key", default="init")
     ap.add_argument("--max-new-tokens", type=int, default=40)
     ap.add_argument(
@@ -144,7 +146,8 @@ def main() -> None:
     report(curve[0])
     # 3. self-play -> GRPO -> eval
     tcfg = TrainConfig(group_key=args.group_key, lr=args.lr, epochs=args.epochs, mini_batch_size=args.mini_batch,
-                       micro_batch_size=16, kl_coef=args.kl_coef)  # fmt: skip
+                       micro_batch_size=16, kl_coef=args.kl_coef,
+                       loss_agg_mode=args.loss_agg_mode)  # fmt: skip
     rollout_game = game | {"invalid_penalty": args.invalid_penalty}  # eval stays unshaped
     for it in range(1, args.iterations + 1):
         start = args.sft_states + (it - 1) * args.train_states
