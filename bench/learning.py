@@ -92,7 +92,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--iterations", type=int, default=5)
+    ap.add_argument("--iterations", type=int, default=6)
     ap.add_argument("--k", type=int, default=3, help="table size")
     ap.add_argument("--max-turns", type=int, default=8)
     ap.add_argument("--random-names", action="store_true", help="dialop's random names (harder)")
@@ -102,7 +102,7 @@ def main() -> None:
     ap.add_argument("--sft-states", type=int, default=600, help="scripted games for the warm start")
     ap.add_argument("--sft-epochs", type=int, default=3)
     ap.add_argument("--sft-lr", type=float, default=3e-3)
-    ap.add_argument("--lr", type=float, default=3e-4, help="GRPO learning rate")
+    ap.add_argument("--lr", type=float, default=2e-4, help="GRPO learning rate")
     ap.add_argument("--epochs", type=int, default=1, help="PPO epochs per iteration")
     ap.add_argument("--mini-batch", type=int, default=32, help="sequences per optimizer step")
     ap.add_argument("--temperature", type=float, default=1.0)
