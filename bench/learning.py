@@ -38,9 +38,10 @@ from sparring.tiny_model import init_tiny
 from sparring.train import NoSignalError, TrainConfig, train
 
 
-def val_metrics(model: str, val: Path, game: dict, sampling: SamplingParams) -> dict[str, float]:
+def val_metrics(
+    backend: HFBackend, val: Path, game: dict, sampling: SamplingParams
+) -> dict[str, float]:
     """Self-play on the val states, sampled (`sampling`) and greedy."""
-    backend = HFBackend(model, device="cpu")
     out = {}
     for name, params in (
         ("", sampling),
@@ -133,7 +134,8 @@ def main() -> None:
     model = args.warm_model or warm_start(
         str(init_tiny(work / "tiny")), train_states[: args.sft_states], game, args, work
     )
-    curve = [{"iteration": 0, **val_metrics(model, inits["val"], game, sampling)}]
+    backend = HFBackend(model, device="cpu")  # the current policy: evaluated, then played
+    curve = [{"iteration": 0, **val_metrics(backend, inits["val"], game, sampling)}]
 
     def report(row: dict) -> None:
         print(f"iter {row['iteration']}: val {row['reward']:.3f} ± {row['reward_se']:.3f} (greedy "
@@ -153,7 +155,7 @@ def main() -> None:
         start = args.sft_states + (it - 1) * args.train_states
         cfg = RolloutConfig(game_params=rollout_game, games_per_init=args.games_per_init,
                             sampling=sampling.model_copy(update={"seed": 1000 + it}))  # fmt: skip
-        result = play(train_states[start : start + args.train_states], {"policy": HFBackend(model, device="cpu")},
+        result = play(train_states[start : start + args.train_states], {"policy": backend},
                       cfg, progress=False)  # fmt: skip
         samples = write_outputs(result, work / f"iter-{it}" / "rollout")["samples"]
         row = {
@@ -173,7 +175,8 @@ def main() -> None:
                     "grad_norm": m["train/grad_norm"], "entropy": m.get("train/entropy", float("nan"))}  # fmt: skip
         except NoSignalError as e:
             print(f"iter {it}: no update ({e})")
-        row |= val_metrics(model, inits["val"], game, sampling)
+        backend = HFBackend(model, device="cpu")
+        row |= val_metrics(backend, inits["val"], game, sampling)
         curve.append(row)
         report(row)
     (work / "learning.json").write_text(json.dumps({"args": vars(args), "curve": curve}, indent=2))
