@@ -24,8 +24,11 @@ def rollout(
         iteration: the round; picks the states and the sampling seed.
         games: games to play (a multiple of rollout.games_per_init).
         run_name: from `start`; the upload goes to <storage.root>/<run_name>/<iteration>/rollout.
+            `past-<k>` opponents load from <storage.root>/<run_name>/<iteration-k-1>/checkpoint
+            (or /initial, which the rollout of iteration 0 stores).
         samples: folder with games.jsonl, samples.parquet and stats.json (with the opponent
-            mix also schedule.json and seat_plan.jsonl).
+            mix also schedule.json and seat_plan.jsonl, whose `opponent_model` names the
+            checkpoint a `past-<k>` opponent resolved to).
         metrics: rollout/* and perf/* statistics (with the opponent mix also difficulty/*).
         schedule: the difficulty schedule after this rollout (schedule.json), `{}` after pure
             self-play; the next iteration's `previous_schedule`.

@@ -9,7 +9,9 @@ the warm start, images, GPUs, node selectors, tolerations, the S3 Secret, /dev/s
 caching. At run time the KFP UI exposes `config` (the whole PipelineConfig as JSON),
 `games_per_iteration` and `group_key`. Each iteration's model is the previous train step's
 output; the first is `config.model` (optionally warm-started by SFT). Each rollout after the
-first gets the previous one's difficulty schedule (`opponents`, sparring.steps.rollout). With
+first gets the previous one's difficulty schedule (`opponents`, sparring.steps.rollout); when
+the pool names earlier checkpoints (`past-<k>`), rollout i also waits for register i-k-1 of the
+smallest k, whose stored checkpoint it loads. With
 `train_backend: verl` an iteration is verl-train → evaluate → register instead: one task on
 `verl.n_gpus_per_node` GPUs plays and trains inside verl (sparring.steps.train_verl). The IR grows by about
 4 KB per iteration: for long campaigns use `pipelines.driver`, one run per block.
@@ -89,7 +91,8 @@ def build_pipeline(cfg: PipelineConfig):
                     inits=inits,
                 )
                 model = warm.outputs["model"]
-            reference, last_register, schedule = model, None, {}
+            reference, registers, schedule = model, {}, {}
+            past = cfg.opponents.checkpoint_steps  # rollout i loads register i-k-1's upload
             for i in range(cfg.first_iteration, cfg.first_iteration + cfg.iterations):
                 if cfg.train_backend == "verl":  # one GPU task plays and trains (route 1)
                     tr = task(
@@ -105,6 +108,8 @@ def build_pipeline(cfg: PipelineConfig):
                         run_name=run_name, **schedule,
                     )  # fmt: skip
                     schedule = {"previous_schedule": ro.outputs["schedule"]}  # carried on
+                    if past and i - past[0] - 1 in registers:
+                        ro.after(registers[i - past[0] - 1])
                     tr = task(
                         c.train, f"train-{i}", k8s.train_gpus, config=config, model=model,
                         reference=reference, samples=ro.outputs["samples"], group_key=group_key,
@@ -121,9 +126,9 @@ def build_pipeline(cfg: PipelineConfig):
                     evaluation=ev.outputs["evaluation"], rollout_metrics=rollout_metrics,
                     train_metrics=tr.outputs["metrics"], eval_metrics=ev.outputs["metrics"],
                 )  # fmt: skip
-                if last_register is not None:
-                    rg.after(last_register)  # champion decisions in iteration order
-                model, last_register = tr.outputs["trained"], rg
+                if i - 1 in registers:
+                    rg.after(registers[i - 1])  # champion decisions in iteration order
+                model, registers[i] = tr.outputs["trained"], rg
 
     return selfplay_pipeline
 

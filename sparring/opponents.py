@@ -9,21 +9,32 @@ against opponents whose strength follows each country's `DifficultySchedule`.
     schedule.update(iteration, learner_rewards(result.episodes))   # moves levels, logs rows
 
 Pool entries are policy names: scripted agents (`sparring.agents`) or earlier checkpoints
-(keys of `build_policies`' `extra_models`). A mixed game seats the learner in one country and
-the schedule's current opponent for that country in every other seat. Learner countries of
-the mixed games cycle through the roles from a seeded start, so they are balanced (counts
-differ by at most one), and every play of one initial state shares its seating, so the
-`init` group key still compares like with like.
+(keys of `build_policies`' `extra_models`). The pipeline names earlier checkpoints relative to
+the learner: `past-<k>` (k >= 1) is the policy that played the rollout k iterations before
+this one (`past_steps`; sparring.steps resolves it to a stored checkpoint). A mixed game
+seats the learner in one country and the schedule's current opponent for that country in
+every other seat. Learner countries of the mixed games cycle through the roles from a seeded
+start, so they are balanced (counts differ by at most one), and every play of one initial
+state shares its seating, so the `init` group key still compares like with like.
 """
 
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Sequence
 from typing import Any
 
 from sparring.curriculum import DifficultySchedule
 from sparring.rollout import Episode
+
+_PAST = re.compile(r"past-([1-9][0-9]*)")
+
+
+def past_steps(name: str) -> int | None:
+    """k of a `past-<k>` pool entry (k >= 1: the learner's policy k iterations ago), else None."""
+    match = _PAST.fullmatch(name)
+    return int(match.group(1)) if match else None
 
 
 def plan_seats(

@@ -6,7 +6,8 @@
 
 Game and game parameters are set once at the top and copied into the game-init, rollout and
 eval sub-configs (which are the library's own configs). Storage layout:
-`<storage.root>/<run>/<iteration>/{rollout,checkpoint,eval}` and `<storage.root>/<run>/inits`.
+`<storage.root>/<run>/<iteration>/{rollout,checkpoint,eval}` and `<storage.root>/<run>/inits`,
+plus `<storage.root>/<run>/initial` (iteration 0's model) when the opponent pool names `past-<k>`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from sparring import __version__, configs
 from sparring.curriculum import DifficultyConfig
 from sparring.evaluate import EvalConfig
 from sparring.game_init import GameInitConfig
+from sparring.opponents import past_steps
 from sparring.rollout import RolloutConfig
 from sparring.storage import StorageConfig
 from sparring.tracking import TrackingConfig
@@ -50,16 +52,25 @@ class WarmStart(_Strict):
 
 class Opponents(_Strict):
     """Who the learner plays in each rollout (seed 001; see sparring.opponents): pure self-play,
-    or a share of the games with the learner in one country against scripted opponents whose
-    strength follows that country's difficulty schedule, carried from iteration to iteration."""
+    or a share of the games with the learner in one country against opponents whose strength
+    follows that country's difficulty schedule, carried from iteration to iteration. The pool
+    holds scripted agents and earlier checkpoints of the run: `past-<k>` is the policy that
+    played the rollout k iterations before (sparring.steps.rollout loads it from storage)."""
 
     selfplay_fraction: float = Field(1.0, ge=0.0, le=1.0)  # 1 = pure self-play (the default)
-    difficulty: DifficultyConfig = Field(default_factory=DifficultyConfig)  # pool: scripted agents
+    difficulty: DifficultyConfig = Field(default_factory=DifficultyConfig)  # pool: bots, past-<k>
 
     @property
     def mixed(self) -> bool:
         """Whether some games seat the learner against the pool."""
         return self.selfplay_fraction < 1.0
+
+    @property
+    def checkpoint_steps(self) -> list[int]:
+        """k of every `past-<k>` in the pool, ascending; [] without an opponent mix."""
+        if not self.mixed:
+            return []
+        return sorted(k for name in self.difficulty.pool if (k := past_steps(name)))
 
 
 class StorageSettings(_Strict):
@@ -173,11 +184,16 @@ class PipelineConfig(_Strict):
                 "set either rollout.seats or opponents.selfplay_fraction < 1, not both"
             )
         scripted = agents_for(self.game)
-        unknown = [name for name in self.opponents.difficulty.pool if name not in scripted]
+        unknown = [
+            name
+            for name in self.opponents.difficulty.pool
+            if name not in scripted and past_steps(name) is None
+        ]
         if unknown:
             raise ValueError(
                 f"opponents.difficulty.pool names {unknown}, which are not scripted agents of "
-                f"{self.game!r}; the pipeline seats these only: {scripted}"
+                f"{self.game!r} ({scripted}) nor earlier checkpoints `past-<k>` (k >= 1, e.g. "
+                "past-1: the policy of the previous iteration)"
             )
 
     def _check_verl(self) -> None:

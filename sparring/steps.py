@@ -155,7 +155,8 @@ def rollout(
     Pure self-play, or with `opponents.selfplay_fraction` < 1 the opponent mix: the
     difficulty schedule continues from the previous rollout's (`_schedule_state`), seats the
     games (`sparring.opponents.plan_seats`), moves with the learner's rewards and is saved in
-    `out_dir` (`_save_schedule`)."""
+    `out_dir` (`_save_schedule`). Seated `past-<k>` opponents are loaded from storage
+    (`_past_models`)."""
     from sparring.rollout import build_policies, load_inits, play, write_outputs
 
     inits = load_inits(train_inits)
@@ -166,14 +167,19 @@ def rollout(
     rcfg = cfg.rollout.model_copy(update={"sampling": sampling.model_copy(update={"seed": seed})})
     mix = _opponent_mix(cfg, n, iteration, run_name, schedule) if cfg.opponents.mixed else None
     seats = sorted({name for row in mix.plan for name in row}) if mix else rcfg.seats
-    policies = build_policies(
-        model_dir, seats, cfg.device, rcfg.max_batch_size, backend=rcfg.backend
-    )
-    result = play(chosen, policies, rcfg, progress=False, seat_plan=mix.plan if mix else None)
+    with tempfile.TemporaryDirectory(prefix="sparring-past-") as tmp:
+        past = _past_models(cfg, run_name, iteration, model_dir, seats, tmp) if mix else {}
+        policies = build_policies(
+            model_dir, seats, cfg.device, rcfg.max_batch_size,
+            extra_models={name: local for name, (_, local) in past.items()},
+            backend=rcfg.backend,
+        )  # fmt: skip
+        result = play(chosen, policies, rcfg, progress=False, seat_plan=mix.plan if mix else None)
     paths = write_outputs(result, out_dir)
     stats = json.loads(paths["stats"].read_text())
     if mix:
-        stats |= _save_schedule(mix, chosen, iteration, result.episodes, out_dir)
+        models = {name: uri for name, (uri, _) in past.items()}
+        stats |= _save_schedule(mix, chosen, iteration, result.episodes, out_dir, models)
     _upload(cfg, out_dir, _uri(cfg, run_name, iteration, "rollout"))
     log(f"iteration {iteration}: rollout reward {stats['rollout/normalized_reward']:.3f}")
     return stats
@@ -221,13 +227,46 @@ def _opponent_mix(
     return OpponentMix(schedule, *plan_seats(num_inits, roles, schedule, fraction, iteration))
 
 
+def _past_models(
+    cfg: PipelineConfig, run_name: str, iteration: int, model_dir: str, names: list[str],
+    tmp: str | Path,
+) -> dict[str, tuple[str, str]]:  # fmt: skip
+    """The `past-<k>` among `names`, each -> (stored URI, local folder) of its checkpoint.
+
+    Rollout i's `past-<k>` is the policy that played rollout i-k: the checkpoint iteration
+    i-k-1 trained (`<run>/<i-k-1>/checkpoint`, stored by `register`), or for i <= k the run's
+    initial (or warm-started) model, which rollout 0 stores under `<run>/initial` whenever the
+    pool names a `past-<k>`. Each URI is downloaded once, into `tmp`."""
+    from sparring.opponents import past_steps
+
+    initial = _uri(cfg, run_name, "initial")
+    if iteration == 0 and cfg.opponents.checkpoint_steps:
+        _upload(cfg, model_dir, initial)  # rollout i resolves past-<k> with k >= i to it
+    uris = {
+        name: _uri(cfg, run_name, iteration - k - 1, "checkpoint") if iteration > k else initial
+        for name in names
+        if (k := past_steps(name)) is not None
+    }
+    local: dict[str, str] = {}
+    for uri in sorted(set(uris.values())):
+        if iteration == 0:  # every past-<k> is the initial model: the learner's own
+            local[uri] = model_dir
+        else:
+            folder = Path(tmp) / str(len(local))
+            local[uri] = str(storage.download_dir(uri, folder, cfg.storage.client_config()))
+    for name, uri in sorted(uris.items()):
+        log(f"iteration {iteration}: opponent {name} = {uri}")
+    return {name: (uri, local[uri]) for name, uri in uris.items()}
+
+
 def _save_schedule(
     mix: OpponentMix, inits: list[tuple[str, dict[str, Any]]], iteration: int,
-    episodes: list[Any], out_dir: str | Path,
+    episodes: list[Any], out_dir: str | Path, models: dict[str, str],
 ) -> dict[str, float]:  # fmt: skip
     """Update the schedule with the learner's rewards; write `schedule.json` (its state and
-    history) and `seat_plan.jsonl` (one row per initial state, with its `init_id`) into
-    `out_dir`; return its `difficulty/<country>` metrics."""
+    history) and `seat_plan.jsonl` (one row per initial state, with its `init_id` and
+    `opponent_model`: the stored checkpoint a `past-<k>` opponent resolved to (`models`),
+    else None) into `out_dir`; return its `difficulty/<country>` metrics."""
     from sparring.opponents import learner_rewards
 
     mix.schedule.update(iteration, learner_rewards(episodes))
@@ -235,7 +274,9 @@ def _save_schedule(
     (out / "schedule.json").write_text(json.dumps(mix.schedule.to_dict(), indent=1))
     with open(out / "seat_plan.jsonl", "w") as f:
         for row, (init_id, _) in zip(mix.rows, inits, strict=True):
-            f.write(json.dumps({"iteration": iteration, "init_id": init_id, **row}) + "\n")
+            model = models.get(row["opponent"])
+            line = {"iteration": iteration, "init_id": init_id, **row, "opponent_model": model}
+            f.write(json.dumps(line) + "\n")
     return mix.schedule.metrics()
 
 

@@ -123,14 +123,34 @@ def test_config_errors_name_the_fix(override, message):
         PipelineConfig.model_validate({"game_params": {"k": 3}, **override})
 
 
-def test_opponent_pool_must_be_the_games_scripted_agents():
-    dip = {"game": "diplomacy", "opponents": {"selfplay_fraction": 0.5}}
-    with pytest.raises(ValidationError, match=r"names \['iter-3'\], which are not scripted"):
-        PipelineConfig.model_validate(dip | {"opponents": {"selfplay_fraction": 0.5, "difficulty":
-                                             {"pool": ["hold", "iter-3"]}}})  # fmt: skip
-    assert PipelineConfig.model_validate(dip).opponents.difficulty.pool == [
-        "hold", "random-legal", "greedy"
-    ]  # fmt: skip
+def test_opponent_pool_is_the_games_scripted_agents_and_past_checkpoints():
+    def dip(*pool: str) -> PipelineConfig:
+        mix = {"selfplay_fraction": 0.5, "difficulty": {"pool": list(pool)} if pool else {}}
+        return PipelineConfig.model_validate({"game": "diplomacy", "opponents": mix})
+
+    for bad in ("iter-3", "past-0", "past-", "past-01", "matching-scripted"):
+        with pytest.raises(ValidationError, match=rf"names \['{bad}'\], which are not scripted"):
+            dip("hold", bad)
+    assert dip().opponents.difficulty.pool == ["hold", "random-legal", "greedy"]
+    assert dip("hold", "past-3", "greedy", "past-1").opponents.checkpoint_steps == [1, 3]
+    assert dip().opponents.checkpoint_steps == []
+
+
+def test_rollout_waits_for_the_past_checkpoint_it_loads(tmp_path):
+    """Pool `past-1`: rollout i loads the checkpoint register i-2 stores, so it runs after it."""
+    from sparring.pipelines.selfplay import compile_pipeline
+
+    mix = {"selfplay_fraction": 0.5, "difficulty": {"pool": ["matching-scripted", "past-1"]}}
+    cfg = PipelineConfig.model_validate({"game_params": {"k": 3}, "iterations": 3,
+                                         "opponents": mix})  # fmt: skip
+    compiled = Path(compile_pipeline(cfg, str(tmp_path / "past.yaml")))
+    spec = next(yaml.safe_load_all(compiled.read_text()))
+    dags = [spec["root"], *(c for c in spec["components"].values() if "dag" in c)]
+    keys = {t["taskInfo"]["name"]: k for d in dags for k, t in d["dag"]["tasks"].items()}
+    tasks = {t["taskInfo"]["name"]: t for t in all_tasks(spec)}
+    registers = {keys[f"register-{i}"] for i in range(3)}
+    waits = [registers & set(tasks[f"rollout-{i}"].get("dependentTasks", [])) for i in range(3)]
+    assert waits == [set(), set(), {keys["register-0"]}]
 
 
 def test_each_rollout_gets_the_previous_rollouts_schedule(gpu_yaml):

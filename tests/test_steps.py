@@ -193,6 +193,45 @@ def test_diplomacy_opponent_mix_follows_and_carries_the_schedule(tiny_model_dir,
     assert resumed["history"][: len(carried["history"])] == carried["history"]
 
 
+def test_past_checkpoint_opponents_load_the_right_iterations_model(tiny_model_dir, tmp_path):
+    """A pool of `past-1` only, every state against it: rollout 0 stores its model as the run's
+    initial one and seats it; rollout 2 loads the checkpoint iteration 0 trained (the policy
+    of rollout 1), not iteration 1's, and seat_plan.jsonl names what each resolved to."""
+    pytest.importorskip("diplomacy")
+    cfg = PipelineConfig.model_validate({
+        "game": "diplomacy", "game_params": {"horizon": 1, "press": False},
+        "games_per_iteration": 2, "device": "cpu", "game_init": {"num_train": 2, "num_val": 1},
+        "rollout": {"games_per_init": 1, "sampling": {"max_new_tokens": 8}},
+        "opponents": {"selfplay_fraction": 0.0, "difficulty": {"pool": ["past-1"]}},
+        "storage": {"root": (tmp_path / "store").as_uri()},
+    })  # fmt: skip
+    root = cfg.storage.root
+    train = str(steps.game_init(cfg, tmp_path / "inits", "r")["train"])
+
+    def seated(out: Path) -> tuple[set, list]:
+        plan = {(r["opponent"], r["opponent_model"]) for r in read_jsonl(out / "seat_plan.jsonl")}
+        games = [sorted(g["seat_policies"]) for g in read_jsonl(out / "games.jsonl")]
+        return plan, games
+
+    steps.rollout(cfg, str(tiny_model_dir), train, 0, 2, tmp_path / "ro0", "r")
+    assert seated(tmp_path / "ro0") == (
+        {("past-1", f"{root}/r/initial")}, [["past-1"] * 6 + ["policy"]] * 2
+    )  # fmt: skip
+    stored = storage.verify(f"{root}/r/initial", deep=True)
+    assert stored == storage.scan_dir(tiny_model_dir)  # the learner's model of iteration 0
+
+    # what register stores: iteration 0's checkpoint, and iteration 1's (not a model here, so
+    # seating it as past-1 of rollout 2 would fail to load)
+    storage.upload_dir(tiny_model_dir, f"{root}/r/0/checkpoint")
+    (tmp_path / "ckpt1").mkdir()
+    (tmp_path / "ckpt1" / "README").write_text("the learner of rollout 2, not its past-1")
+    storage.upload_dir(tmp_path / "ckpt1", f"{root}/r/1/checkpoint")
+    steps.rollout(cfg, str(tiny_model_dir), train, 2, 2, tmp_path / "ro2", "r")
+    assert seated(tmp_path / "ro2") == (
+        {("past-1", f"{root}/r/0/checkpoint")}, [["past-1"] * 6 + ["policy"]] * 2
+    )  # fmt: skip
+
+
 # ---- train_backend: verl (CPU: up to the launch; no GPU here) -----------------------------
 def verl_cfg(tmp_path) -> PipelineConfig:
     return PipelineConfig.model_validate({
