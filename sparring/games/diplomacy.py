@@ -298,6 +298,7 @@ class DiplomacyGame(Game):
         self.power_stats = [PowerStats() for _ in ROLES]
         self._feedback: list[list[str]] = [[] for _ in ROLES]
         self._chat = [[{"role": "system", "content": self._system_prompt(s)}] for s in range(7)]
+        self._possible: tuple[str, dict[str, list[str]]] = ("", {})  # (phase, legal orders)
         self._start_phase()
 
     @property
@@ -378,7 +379,7 @@ class DiplomacyGame(Game):
         (the action's `orders` are exactly what the engine gets, holds included)."""
         power = self._role(seat)
         locs = self.engine.get_orderable_locations(power)
-        orders, invalid = parse_orders(text, self.engine.get_all_possible_orders(), locs)
+        orders, invalid = parse_orders(text, self._possible_orders(), locs)
         stats = self.power_stats[seat]
         stats.orders += len(orders)
         stats.invalid_orders += len(invalid)
@@ -459,7 +460,7 @@ class DiplomacyGame(Game):
         locs = e.get_orderable_locations(power)
         if not locs:
             return "\n".join([*lines, "You have no units to order."])
-        possible = e.get_all_possible_orders()
+        possible = self._possible_orders()
         lines.append("Your units and legal moves:" if self.cfg.observation == "compact" else
                      "Your units and legal orders:")  # fmt: skip
         for unit in e.get_units(power):
@@ -471,6 +472,14 @@ class DiplomacyGame(Game):
                                 and " C " not in o and not o.endswith("VIA")})  # fmt: skip
                 lines.append(f"{unit} -> {' '.join(dests) or '(hold only)'}")
         return "\n".join(lines)
+
+    def _possible_orders(self) -> dict[str, list[str]]:
+        """The engine's legal orders per location, computed once per phase (the engine
+        recomputes them on every call, and all seven powers' prompts and orders need them)."""
+        phase = self.engine.get_current_phase()
+        if self._possible[0] != phase:
+            self._possible = (phase, self.engine.get_all_possible_orders())
+        return self._possible[1]
 
     def _press_prompt(self) -> str:
         return (

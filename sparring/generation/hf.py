@@ -4,13 +4,18 @@ persists across turns.
 Multi-turn self-play re-sends each seat's whole conversation every turn. Like SGLang's radix
 cache, this backend keeps each session's (one per game seat) keys and values after a call;
 the next call for that session prefills only the tokens that are new since then (the reply's
-stop token, the partner's message, the template scaffolding). A batch row is laid out as
+stop token, the partner's message, the template scaffolding).
 
-    [pad..., cached prefix (L_i) | pad..., new tokens (n_i)] + generated tokens
+A call runs in two phases:
+- prefill, in length-sorted groups of at most `prefill_tokens` padded tokens; a group's row is
+  `[pad..., cached prefix (L_i) | pad..., new tokens (n_i)]`, with a 2-D attention mask and
+  explicit position ids, so rows with different cached lengths share one forward pass;
+- decode, the whole batch at once: each row's prompt keys and values, left-padded, in one
+  preallocated `StaticCache` (written in place; a growing cache re-copies every step, which
+  dominated CPU decode time), one token per row per forward.
 
-with a 2-D attention mask and explicit position ids, so rows with different cached lengths
-share one forward pass. The batch cache is a preallocated `StaticCache` (written in place; a
-growing cache re-copies every step, which dominated CPU decode time). Sampling uses transformers' temperature / top-p logits warpers.
+Prefill is compute-bound and gains nothing from huge batches; decoding is where batching
+pays. Sampling uses transformers' temperature / top-p logits warpers.
 `forward_seconds` accumulates wall time inside the model's forward passes.
 """
 
@@ -20,7 +25,8 @@ import time
 from collections import OrderedDict
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, StaticCache
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, StaticCache
+from transformers.cache_utils import Cache
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
 from sparring.generation.base import Completion, GenerationBackend, SamplingParams
@@ -43,7 +49,7 @@ class HFBackend(GenerationBackend):
 
     def __init__(
         self, model_path: str, device: str = "auto", max_batch_size: int = 64,
-        max_cached_tokens: int = 1_000_000,
+        max_cached_tokens: int = 1_000_000, prefill_tokens: int | None = None,
     ) -> None:  # fmt: skip
         self.device = pick_device(device)
         dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
@@ -53,6 +59,8 @@ class HFBackend(GenerationBackend):
         self.max_batch_size = max_batch_size
         self.max_cached_tokens = max_cached_tokens
         """Cap on tokens kept across sessions; least recently used sessions go first."""
+        self.prefill_tokens = prefill_tokens or (4096 if self.device.type == "cpu" else 65536)
+        """Padded tokens per prefill forward (see `_prefill`)."""
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
             self.pad_id = self.tokenizer.eos_token_id
@@ -92,7 +100,7 @@ class HFBackend(GenerationBackend):
     # ---- one batch -------------------------------------------------------------------------
     def _forward(self, **kw) -> torch.Tensor:
         t0 = time.perf_counter()
-        logits = self.model(**kw, use_cache=True).logits[:, -1].float()  # (B, V)
+        logits = self.model(**kw, use_cache=True, logits_to_keep=1).logits[:, -1].float()  # (B, V)
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         self.forward_seconds += time.perf_counter() - t0
@@ -103,37 +111,26 @@ class HFBackend(GenerationBackend):
     ) -> list[Completion]:
         b, dev = len(prompts), self.device
         cached = [self._lookup(s, p) for s, p in zip(sessions or [None] * b, prompts, strict=True)]
-        past = [len(ids) for ids, _ in cached]  # L_i
-        new = [p[n:] for p, n in zip(prompts, past, strict=True)]  # n_i >= 1 tokens each
-        lmax, nmax = max(past), max(len(n) for n in new)
-        self.reused_tokens += sum(past)
-        self.prefilled_tokens += sum(len(n) for n in new)
-
-        mask = torch.zeros(b, lmax + nmax, dtype=torch.long)  # (B, Lmax + Nmax)
-        input_ids = torch.full((b, nmax), self.pad_id, dtype=torch.long)  # (B, Nmax)
-        position_ids = torch.zeros(b, nmax, dtype=torch.long)  # (B, Nmax)
-        for i, (n_past, toks) in enumerate(zip(past, new, strict=True)):
-            mask[i, lmax - n_past : lmax] = 1
-            mask[i, lmax + nmax - len(toks) :] = 1
-            input_ids[i, nmax - len(toks) :] = torch.tensor(toks)
-            position_ids[i, nmax - len(toks) :] = torch.arange(n_past, n_past + len(toks))
-        cache = self._batch_cache(
-            [kv for _, kv in cached], past, lmax, nmax + params.max_new_tokens
-        )
-        mask, input_ids, position_ids = mask.to(dev), input_ids.to(dev), position_ids.to(dev)
+        logits, kvs = self._prefill(prompts, cached)  # (B, V), each row's KV over its prompt
+        lens = [len(p) for p in prompts]
+        lmax = max(lens)
+        cache = self._batch_cache(kvs, lens, lmax, params.max_new_tokens)
+        mask = torch.zeros(b, lmax, dtype=torch.long, device=dev)  # (B, Lmax), left-padded
+        for i, n in enumerate(lens):
+            mask[i, lmax - n :] = 1
+        position = torch.tensor(lens, device=dev) - 1  # (B,) of each row's last prompt token
 
         warpers = []
         if params.temperature > 0:
-            warpers = [TemperatureLogitsWarper(params.temperature), TopPLogitsWarper(params.top_p)]
+            warpers = [TemperatureLogitsWarper(params.temperature)]
+            if params.top_p < 1.0:  # top-p 1 keeps every token; skip its vocabulary sort
+                warpers.append(TopPLogitsWarper(params.top_p))
         gen = torch.Generator(device=dev)
         if params.seed is not None:
             gen.manual_seed(params.seed)
         stop = torch.tensor(self.stop_ids, device=dev)
         done = torch.zeros(b, dtype=torch.bool, device=dev)
         tokens: list[torch.Tensor] = []
-        logits = self._forward(input_ids=input_ids, attention_mask=mask, position_ids=position_ids,
-                               past_key_values=cache)  # fmt: skip
-        position = position_ids[:, -1]  # (B,)
         for step in range(params.max_new_tokens):
             if params.temperature > 0:
                 for warp in warpers:
@@ -153,8 +150,46 @@ class HFBackend(GenerationBackend):
         rows = torch.stack(tokens, 1).tolist()  # (B, steps)
         completions = [self._completion(r) for r in rows]
         if sessions:
-            self._store(sessions, prompts, rows, cache, mask)
+            self._store(sessions, prompts, rows, cache, lmax)
         return completions
+
+    def _prefill(
+        self, prompts: list[list[int]], cached: list[tuple[list[int], KV | None]]
+    ) -> tuple[torch.Tensor, list[KV]]:
+        """Run each prompt's uncached tokens through the model in length-sorted groups of at
+        most `prefill_tokens` padded tokens. Returns the last position's logits (B, V) and each
+        row's keys and values over its whole prompt.
+
+        Prefill is compute-bound: a huge padded batch only adds padding and cache misses (on
+        CPU, 106 rows of ~400 tokens cost twice as much per token as 8 rows), so prefill goes
+        in groups and only decoding runs the whole batch at once."""
+        past = [len(ids) for ids, _ in cached]  # L_i
+        new = [p[n:] for p, n in zip(prompts, past, strict=True)]  # n_i >= 1 tokens each
+        self.reused_tokens += sum(past)
+        self.prefilled_tokens += sum(len(n) for n in new)
+        logits: list[torch.Tensor | None] = [None] * len(prompts)
+        kvs: list[KV | None] = [None] * len(prompts)
+        for group in _groups(sorted(range(len(prompts)), key=lambda i: len(new[i])),
+                             [len(n) for n in new], self.prefill_tokens):  # fmt: skip
+            lmax, nmax = max(past[i] for i in group), max(len(new[i]) for i in group)
+            mask = torch.zeros(len(group), lmax + nmax, dtype=torch.long)  # (G, Lmax + Nmax)
+            input_ids = torch.full((len(group), nmax), self.pad_id, dtype=torch.long)
+            position_ids = torch.zeros(len(group), nmax, dtype=torch.long)  # (G, Nmax)
+            for row, i in enumerate(group):
+                toks = new[i]
+                mask[row, lmax - past[i] : lmax] = 1
+                mask[row, lmax + nmax - len(toks) :] = 1
+                input_ids[row, nmax - len(toks) :] = torch.tensor(toks)
+                position_ids[row, nmax - len(toks) :] = torch.arange(past[i], past[i] + len(toks))
+            cache = self._batch_cache([cached[i][1] for i in group], [past[i] for i in group], lmax)
+            out = self._forward(input_ids=input_ids.to(self.device), past_key_values=cache,
+                                attention_mask=mask.to(self.device),
+                                position_ids=position_ids.to(self.device))  # fmt: skip
+            for row, i in enumerate(group):  # the row's cached prefix, then its new tokens
+                logits[i] = out[row]
+                spans = [(lmax - past[i], lmax), (lmax + nmax - len(new[i]), lmax + nmax)]
+                kvs[i] = _row_kv(cache, row, spans)
+        return torch.stack(logits), kvs
 
     # ---- the session cache -----------------------------------------------------------------
     def _lookup(self, session: str | None, prompt: list[int]) -> tuple[list[int], KV | None]:
@@ -169,11 +204,16 @@ class HFBackend(GenerationBackend):
         return ids[:n], [(k[:, :n], v[:, :n]) for k, v in kv]
 
     def _batch_cache(
-        self, kvs: list[KV | None], past: list[int], lmax: int, room: int
-    ) -> StaticCache:
-        """A preallocated cache holding each row's cached prefix, left-padded to `lmax`, with
-        `room` free positions (a static cache writes in place instead of concatenating)."""
-        cache = StaticCache(config=self.model.config, max_cache_len=lmax + room)
+        self, kvs: list[KV | None], past: list[int], lmax: int, room: int | None = None
+    ) -> Cache:
+        """A cache holding each row's cached prefix, left-padded to `lmax`. With `room`, a
+        `StaticCache` with that many free positions, for decoding (it writes in place instead
+        of concatenating every step); without, a `DynamicCache`, for one prefill forward (no
+        free positions to allocate)."""
+        if room is None:
+            cache: Cache = DynamicCache()
+        else:
+            cache = StaticCache(config=self.model.config, max_cache_len=lmax + room)
         if lmax == 0:
             return cache
         ref = next(kv for kv in kvs if kv is not None)
@@ -189,13 +229,13 @@ class HFBackend(GenerationBackend):
         return cache
 
     def _store(self, sessions: list[str], prompts: list[list[int]], rows: list[list[int]],
-               cache: StaticCache, mask: torch.Tensor) -> None:  # fmt: skip
-        """Keep each row's real positions: its prompt plus the generated tokens fed back."""
+               cache: StaticCache, lmax: int) -> None:  # fmt: skip
+        """Keep each row's real positions: its prompt (left-padded to `lmax`) plus the
+        generated tokens fed back, one contiguous span of the decode cache."""
         for i, (session, prompt, row) in enumerate(zip(sessions, prompts, rows, strict=True)):
-            cols = mask[i].nonzero()[:, 0]  # real (unpadded) positions of row i
             fed = prompt + until_stop(row, self.stop_ids)[:-1]
-            assert len(cols) == len(fed), (len(cols), len(fed))
-            kv = [(layer.keys[i][:, cols], layer.values[i][:, cols]) for layer in cache.layers]
+            start = lmax - len(prompt)
+            kv = [(k.clone(), v.clone()) for k, v in _row_kv(cache, i, [(start, start + len(fed))])]
             self._sessions[session] = (fed, kv)
             self._sessions.move_to_end(session)
         while sum(len(ids) for ids, _ in self._sessions.values()) > self.max_cached_tokens:
@@ -206,6 +246,29 @@ class HFBackend(GenerationBackend):
         out = trim_reply(row, self.tokenizer, self.eos_ids, self.stop_ids)
         self.generated_tokens += len(out.token_ids)
         return out
+
+
+def _groups(order: list[int], sizes: list[int], budget: int) -> list[list[int]]:
+    """Split `order` (row indices sorted by size) into runs whose padded size, rows x the
+    largest size, stays within `budget` (a row larger than the budget runs alone)."""
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and (len(groups[-1]) + 1) * sizes[i] <= budget:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def _row_kv(cache: Cache, row: int, spans: list[tuple[int, int]]) -> KV:
+    """Row `row`'s keys and values at the cache positions of `spans` ([start, stop) ranges,
+    its real tokens in order): views when they are one span."""
+
+    def take(t: torch.Tensor) -> torch.Tensor:  # (H, T, D) -> (H, real, D)
+        parts = [t[row, :, a:b] for a, b in spans if b > a]
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+
+    return [(take(layer.keys), take(layer.values)) for layer in cache.layers]
 
 
 def _as_list(x: int | list[int] | None) -> list[int | None]:

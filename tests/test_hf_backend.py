@@ -1,0 +1,116 @@
+"""HFBackend against a plain reference: greedy decoding with a full forward per token.
+
+Batching, left padding, grouped prefill, the decode `StaticCache` and the session cache are
+all optimisations; none may change a greedy token.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from sparring.generation.base import SamplingParams
+from sparring.generation.hf import HFBackend
+from sparring.generation.stops import trim_reply
+
+GREEDY = SamplingParams(temperature=0.0, max_new_tokens=10)
+
+
+@pytest.fixture(scope="module")
+def sharp_model(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The tiny model with sharpened attention. At its init scale attention is near uniform,
+    so its greedy tokens barely depend on positions or on which tokens a row attends to;
+    scaling queries and keys makes a wrong position id or mask change the tokens."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(8.0)
+            layer.self_attn.k_proj.weight.mul_(8.0)
+    out = tmp_path_factory.mktemp("sharp-model")
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(out)
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir: Path):
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def reference(sharp_model: str):
+    """Greedy tokens for one prompt, recomputing the whole sequence every step (no cache)."""
+    model = AutoModelForCausalLM.from_pretrained(sharp_model).eval()
+    backend = HFBackend(sharp_model, device="cpu")  # for its stop ids and trimming
+
+    @torch.inference_mode()
+    def generate(prompt: list[int], max_new_tokens: int = GREEDY.max_new_tokens) -> list[int]:
+        ids = list(prompt)
+        for _ in range(max_new_tokens):
+            nxt = int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax())
+            ids.append(nxt)
+            if nxt in backend.stop_ids:
+                break
+        return trim_reply(ids[len(prompt) :], backend.tokenizer, backend.eos_ids,
+                          backend.stop_ids).token_ids  # fmt: skip
+
+    return generate
+
+
+def _chat(tokenizer, *turns: str) -> list[int]:
+    messages = [{"role": "system", "content": "You play FRANCE in Diplomacy."}]
+    for i, text in enumerate(turns):
+        messages.append({"role": "user" if i % 2 == 0 else "assistant", "content": text})
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True)["input_ids"]
+
+
+@pytest.fixture(scope="module")
+def prompts(tokenizer) -> list[list[int]]:
+    """Prompts of very different lengths, so rows pad and prefill splits into groups."""
+    return [
+        _chat(tokenizer, "Orders?"),
+        _chat(tokenizer, "Spring 1901. Your units: A PAR, A MAR, F BRE. " * 6),
+        _chat(tokenizer, "Centers: AUS 3 ENG 3 FRA 3 GER 3 ITA 3 RUS 4 TUR 3"),
+        _chat(tokenizer, "Press: up to 3 lines 'POWER: message' or 'ALL: message'. " * 3),
+    ]
+
+
+@pytest.mark.parametrize("prefill_tokens", [1, 300, 100_000])
+def test_batched_greedy_matches_the_uncached_reference(sharp_model, prompts, reference,
+                                                       prefill_tokens):  # fmt: skip
+    """One row per prefill forward, a few groups, or all rows in one forward: same tokens."""
+    backend = HFBackend(sharp_model, device="cpu", prefill_tokens=prefill_tokens)
+    got = [c.token_ids for c in backend.generate(prompts, GREEDY)]
+    assert got == [reference(p) for p in prompts]
+    assert backend.prefilled_tokens == sum(map(len, prompts))
+
+
+def test_session_cache_reuses_turns_without_changing_tokens(sharp_model, tokenizer,
+                                                            reference):  # fmt: skip
+    """Turn 2 of each session prefills only what is new since turn 1, with the same result."""
+    backend = HFBackend(sharp_model, device="cpu", prefill_tokens=200)
+    firsts = ["Orders?", "Spring 1901. A PAR, A MAR, F BRE. " * 4, "Press?"]
+    sessions = [f"game/{i}" for i in range(len(firsts))]
+    turn1 = [_chat(tokenizer, text) for text in firsts]
+    replies = [c.text for c in backend.generate(turn1, GREEDY, sessions)]
+    turn2 = [
+        _chat(tokenizer, text, reply, "Messages: none. Orders, one per line:")
+        for text, reply in zip(firsts, replies, strict=True)
+    ]
+    before = backend.reused_tokens
+    got = [c.token_ids for c in backend.generate(turn2, GREEDY, sessions)]
+    assert got == [reference(p) for p in turn2]
+    reused = backend.reused_tokens - before
+    assert reused >= sum(map(len, turn1))  # every first-turn prompt came from the cache
+    assert backend.prefilled_tokens == sum(map(len, turn1)) + sum(map(len, turn2)) - reused
+
+
+def test_sessions_stay_independent_of_batch_order(sharp_model, prompts):
+    """The same prompts in reverse order, as sessions, give the same tokens per prompt."""
+    backend = HFBackend(sharp_model, device="cpu", prefill_tokens=300)
+    forward = backend.generate(prompts, GREEDY, [f"a/{i}" for i in range(len(prompts))])
+    backward = backend.generate(prompts[::-1], GREEDY, [f"b/{i}" for i in range(len(prompts))])
+    assert [c.token_ids for c in forward] == [c.token_ids for c in backward[::-1]]
