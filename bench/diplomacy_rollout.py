@@ -3,11 +3,15 @@
     .venv/bin/python bench/diplomacy_rollout.py              # 16 games, one spring, with press
     .venv/bin/python bench/diplomacy_rollout.py --games 2 --horizon 1 --max-new-tokens 8  # smoke
 
-Both ways use `sparring.rollout.play` with the same backend, seeded scenarios and sampling.
-Batched: all games at once, so each step's generate call holds every pending power of every
-game (up to 7 x games prompts). Game-by-game: `play` on one game at a time, so a call holds
-only that game's powers (up to 7). A decision is one power's reply (a press or an orders
-turn). Prints decisions/s both ways, then `RESULT diplomacy_speedup <batched / game-by-game>`.
+All three ways use `sparring.rollout.play` with the same backend, seeded scenarios and
+sampling; a decision is one power's reply (a press or an orders turn).
+- batched: all games at once, so each step's generate call holds every pending power of every
+  game (up to 7 x games prompts);
+- game-by-game: `play` on one game at a time, each decision its own forward passes (the plain
+  loop of bench/rollout.py's baseline: for each game, for each power, generate, step);
+- per-game batch: one game at a time, but a call holds that game's up to 7 powers.
+Prints decisions/s each way, the batched speedup over per-game batches, and last
+`RESULT diplomacy_speedup <batched / game-by-game decisions/s>`.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ def report(label: str, results: list[RolloutResult], backend: HFBackend) -> floa
     decisions = sum(len(e.transcript) for r in results for e in r.episodes)
     calls = sum(r.generate_calls for r in results)
     truncated = sum(e.truncated for r in results for e in r.episodes)
-    print(f"{label:13s} {seconds:7.1f} s  {decisions} decisions  {decisions / seconds:6.2f} "
+    print(f"{label:14s} {seconds:7.1f} s  {decisions} decisions  {decisions / seconds:6.2f} "
           f"decisions/s  {calls} generate calls  {truncated} truncated  forward share "
           f"{backend.forward_seconds / seconds:.2f}")  # fmt: skip
     return decisions / seconds
@@ -60,11 +64,17 @@ def main() -> None:
           f"{args.max_new_tokens} new tokens per decision")  # fmt: skip
 
     play(inits[:1], {"policy": backend}, cfg, progress=False)  # warm-up (first-call costs)
-    backend.forward_seconds = 0.0
-    batched = report("batched", [play(inits, {"policy": backend}, cfg, progress=False)], backend)
-    backend.forward_seconds = 0.0
-    alone = [play([init], {"policy": backend}, cfg, progress=False) for init in inits]
-    one_by_one = report("game-by-game", alone, backend)
+
+    def run(label: str, batch: int, together: bool) -> float:
+        backend.max_batch_size, backend.forward_seconds = batch, 0.0
+        groups = [inits] if together else [[init] for init in inits]
+        results = [play(group, {"policy": backend}, cfg, progress=False) for group in groups]
+        return report(label, results, backend)
+
+    batched = run("batched", 7 * args.games, together=True)
+    per_game = run("per-game batch", 7, together=False)
+    one_by_one = run("game-by-game", 1, together=False)
+    print(f"batched / per-game batch: {batched / per_game:.2f}")
     print(f"RESULT diplomacy_speedup {batched / one_by_one:.2f}")
 
 

@@ -1,19 +1,24 @@
 """Seed 001's open question at CPU scale: does grouping GRPO advantages by country beat
 grouping by initial state (standard per-prompt grouping) or one batch-wide group?
 
-    .venv/bin/python bench/grouping_ablation.py                 # 10-20 minutes on 2 cores
-    .venv/bin/python bench/grouping_ablation.py --iters 1 --train 7 --val 1 --warm 1 --warm-epochs 1  # smoke
+    .venv/bin/python bench/grouping_ablation.py                 # about 30 minutes on 2 cores
+    .venv/bin/python bench/grouping_ablation.py --iters 1 --train 7 --val 1 --warm 1 \
+        --warm-epochs 1 --seeds 1 --eval-samples 1              # smoke
 
 Steps:
   1. a tiny model, warm-started by SFT on greedy-bot self-play (so it writes orders at all)
-  2. for each group key (country, init, batch), from that same checkpoint with the same seeds:
-     `iters` rounds of rollout -> GRPO update. Each rollout seats the learner in one country
+  2. for each training seed and each group key (country, init, batch), from that same
+     checkpoint with the same seeds: `iters` rounds of rollout -> GRPO update
+     (`seq-mean-token-mean` loss by default). Each rollout seats the learner in one country
      per game against greedy bots (`sparring.opponents.plan_seats`, countries balanced), and
      plays each initial state `games_per_init` times, so an `init` group is "same state, same
      seat" and a `country` group spans all states of that country.
   3. evaluate every final checkpoint against the greedy bot, learner in each country in turn
-     (`sparring.evaluate_diplomacy.vs_bots`), on held-out states
-  4. print mean reward with its standard error per key, plot them, and end with
+     (`sparring.evaluate_diplomacy.vs_bots`), on held-out states, `eval_samples` sampled games
+     (temperature 1, seeded) per state and country: the expected reward moves with small
+     policy changes that greedy orders hide
+  4. print mean reward with its standard error (over all eval games of all seeds) per key,
+     and each seed's mean, plot them, and end with
      `RESULT country_vs_init_gain <country - init final eval reward>`
 """
 
@@ -64,34 +69,40 @@ def warm_start(work: Path, params: dict, n: int, epochs: int) -> Path:
     return sft(tiny, [data], work / "warm", sft_cfg).out_dir
 
 
-def run_key(key: str, warm: Path, work: Path, args, params: dict, train_inits) -> Path:
+def run_key(key: str, seed: int, warm: Path, work: Path, args, params: dict, train_inits) -> Path:
     """2. `iters` rounds of rollout + GRPO with one group key; returns the final checkpoint."""
-    model = warm
+    model, out = warm, work / f"seed-{seed}" / key
     plan, _ = plan_seats(len(train_inits), ROLES,
-                         DifficultySchedule(DifficultyConfig(pool=["greedy"])), seed=0)  # fmt: skip
+                         DifficultySchedule(DifficultyConfig(pool=["greedy"])), seed=seed)  # fmt: skip
     for it in range(args.iters):
-        sampling = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens, seed=it)
+        sampling = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens,
+                                  seed=seed * 1000 + it)  # fmt: skip
         cfg = RolloutConfig(game="diplomacy", game_params=params,
                             games_per_init=args.games_per_init, sampling=sampling)  # fmt: skip
         policies = {"policy": HFBackend(str(model), device="cpu"), "greedy": make_agent("greedy")}
         res = play(train_inits, policies, cfg, progress=False, seat_plan=plan)
-        samples = write_samples(res.samples, work / key / f"samples-{it}.parquet")
-        tcfg = TrainConfig(group_key=key, lr=args.lr, mini_batch_size=16, micro_batch_size=8,
-                           device="cpu", seed=it)  # fmt: skip
+        samples = write_samples(res.samples, out / f"samples-{it}.parquet")
+        tcfg = TrainConfig(group_key=key, lr=args.lr, loss_agg_mode=args.loss_agg_mode,
+                           mini_batch_size=16, micro_batch_size=8, device="cpu",
+                           seed=seed * 1000 + it)  # fmt: skip
         try:
-            model = train(model, [samples], work / key / f"iter-{it}", tcfg).out_dir
+            model = train(model, [samples], out / f"iter-{it}", tcfg).out_dir
         except NoSignalError as err:  # every group tied: nothing to learn this round
             print(f"  {key} iter {it}: skipped update ({err})")
         reward = np.mean([r["reward"] for r in res.samples])
-        print(f"  {key} iter {it}: rollout reward {reward:.3f}", flush=True)
+        print(f"  seed {seed} {key} iter {it}: rollout reward {reward:.3f}", flush=True)
     return model
 
 
-def evaluate_vs_greedy(model: Path, val_inits, params: dict, max_new_tokens: int) -> np.ndarray:
-    """3. The learner's reward in every (val state, country) game against greedy bots."""
-    cfg = EvalConfig(game="diplomacy", game_params=params,
-                     sampling=SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens))  # fmt: skip
-    _, eps = vs_bots(HFBackend(str(model), device="cpu"), val_inits, cfg, False, ["greedy"])
+def evaluate_vs_greedy(model: Path, val_inits, params: dict, args) -> np.ndarray:
+    """3. The learner's reward in every (val state, country, sample) game against greedy."""
+    sampling = SamplingParams(temperature=args.eval_temperature,
+                              max_new_tokens=args.max_new_tokens, seed=0)  # fmt: skip
+    cfg = EvalConfig(game="diplomacy", game_params=params, sampling=sampling,
+                     max_batch_size=256)  # fmt: skip
+    plays = [(f"{init_id}~{k}", state) for init_id, state in val_inits
+             for k in range(args.eval_samples)]  # fmt: skip
+    _, eps = vs_bots(HFBackend(str(model), device="cpu"), plays, cfg, False, ["greedy"])
     return np.array([e.rewards[e.seat_policies.index("policy")] for e in eps])
 
 
@@ -117,10 +128,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--iters", type=int, default=2, help="rollout + update rounds per key")
-    ap.add_argument("--train", type=int, default=14, help="train states per round")
-    ap.add_argument("--games-per-init", type=int, default=3)
-    ap.add_argument("--val", type=int, default=4, help="val states (x 7 countries in eval)")
+    ap.add_argument("--iters", type=int, default=4, help="rollout + update rounds per key")
+    ap.add_argument("--seeds", type=int, default=2, help="training runs per key (seeds 0..n-1)")
+    ap.add_argument("--train", type=int, default=28, help="train states per round")
+    ap.add_argument("--games-per-init", type=int, default=4)
+    ap.add_argument("--val", type=int, default=8, help="val states (x 7 countries in eval)")
+    ap.add_argument("--eval-samples", type=int, default=4, help="plays per val state and country")
+    ap.add_argument("--eval-temperature", type=float, default=1.0, help="0 = greedy eval")
+    ap.add_argument("--loss-agg-mode", default="seq-mean-token-mean")
     ap.add_argument("--warm", type=int, default=16, help="greedy self-play games for SFT")
     ap.add_argument("--warm-epochs", type=int, default=3)
     ap.add_argument("--lr", type=float, default=5e-4)
@@ -133,13 +148,20 @@ def main() -> None:
     warm = warm_start(work, params, args.warm, args.warm_epochs)
     train_inits = inits_of("train", args.train, params, seed=2)
     val_inits = inits_of("val", args.val, params, seed=2)
-    results = {"warm start": evaluate_vs_greedy(warm, val_inits, params, args.max_new_tokens)}
-    for key in KEYS:
-        final = run_key(key, warm, work, args, params, train_inits)
-        results[key] = evaluate_vs_greedy(final, val_inits, params, args.max_new_tokens)
+    results = {"warm start": evaluate_vs_greedy(warm, val_inits, params, args)}
+    per_seed: dict[str, list[float]] = {key: [] for key in KEYS}
+    for seed in range(args.seeds):
+        for key in KEYS:
+            final = run_key(key, seed, warm, work, args, params, train_inits)
+            rewards = evaluate_vs_greedy(final, val_inits, params, args)
+            results[key] = np.concatenate([results.get(key, []), rewards])
+            per_seed[key].append(float(rewards.mean()))
+            print(f"  seed {seed} {key}: eval reward vs greedy {rewards.mean():.4f}", flush=True)
     for name, r in results.items():
         se = r.std(ddof=1) / np.sqrt(len(r)) if len(r) > 1 else 0.0
-        print(f"{name:10s} eval reward vs greedy {r.mean():.4f} ± {se:.4f} (n={len(r)})")
+        seeds = " ".join(f"{m:.4f}" for m in per_seed.get(name, []))
+        print(f"{name:10s} eval reward vs greedy {r.mean():.4f} ± {se:.4f} (n={len(r)})"
+              + (f"  per seed: {seeds}" if seeds else ""))  # fmt: skip
     plot(results, work / "grouping_ablation.png")
     print(f"plot: {work / 'grouping_ablation.png'}")
     print(f"RESULT country_vs_init_gain {results['country'].mean() - results['init'].mean():.4f}")

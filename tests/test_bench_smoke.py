@@ -37,7 +37,8 @@ def test_diplomacy_rollout_bench(tiny_model_dir):
 def test_grouping_ablation_bench(tmp_path):
     pytest.importorskip("diplomacy")
     last = run_bench("grouping_ablation.py", "--iters", "1", "--train", "7", "--val", "1",
-                     "--warm", "1", "--warm-epochs", "1", "--max-new-tokens", "8",
+                     "--warm", "1", "--warm-epochs", "1", "--max-new-tokens", "8", "--seeds", "1",
+                     "--eval-samples", "2",
                      "--out", str(tmp_path))  # fmt: skip
     name, value = last.split()[1:]
     assert name == "country_vs_init_gain" and abs(float(value)) <= 1

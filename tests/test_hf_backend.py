@@ -13,7 +13,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from sparring.generation.base import SamplingParams
-from sparring.generation.hf import HFBackend
+from sparring.generation.hf import HFBackend, sample_tokens
 from sparring.generation.stops import trim_reply
 
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=10)
@@ -114,3 +114,14 @@ def test_sessions_stay_independent_of_batch_order(sharp_model, prompts):
     forward = backend.generate(prompts, GREEDY, [f"a/{i}" for i in range(len(prompts))])
     backward = backend.generate(prompts[::-1], GREEDY, [f"b/{i}" for i in range(len(prompts))])
     assert [c.token_ids for c in forward] == [c.token_ids for c in backward[::-1]]
+
+
+def test_sampled_tokens_follow_the_softmax():
+    """Inverse-transform sampling draws each token with its softmax probability and never
+    one that top-p filtering removed (probability 0)."""
+    logits = torch.tensor([[0.0, 1.0, 2.0, -1.0, float("-inf")]]).repeat(40_000, 1)
+    gen = torch.Generator().manual_seed(0)
+    counts = torch.bincount(sample_tokens(logits, gen), minlength=5) / len(logits)
+    want = torch.softmax(logits[0], -1)
+    assert counts[4] == 0
+    assert torch.allclose(counts, want, atol=0.01), (counts, want)

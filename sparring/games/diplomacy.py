@@ -297,7 +297,7 @@ class DiplomacyGame(Game):
         self._stats = GameStats([0] * 7, [0] * 7, [0] * 7)
         self.power_stats = [PowerStats() for _ in ROLES]
         self._feedback: list[list[str]] = [[] for _ in ROLES]
-        self._chat = [[{"role": "system", "content": self._system_prompt(s)}] for s in range(7)]
+        self._chat = [[{"role": "system", "content": self._system_prompt()}] for _ in range(7)]
         self._possible: tuple[str, dict[str, list[str]]] = ("", {})  # (phase, legal orders)
         self._start_phase()
 
@@ -491,11 +491,13 @@ class DiplomacyGame(Game):
     def _orders_prompt() -> str:
         return "Orders, one per line (e.g. A PAR - BUR, A MAR S A PAR - BUR, F BRE H):"
 
-    def _system_prompt(self, seat: int) -> str:
+    def _system_prompt(self) -> str:
+        """The rules, the same for every power (each observation says which power it is), so
+        all prompts of a rollout share them as a prefix."""
         press = "send short messages, then " if self.cfg.press else ""
         return (
-            f"You play {self._role(seat)} in Diplomacy (standard map, 7 powers, 34 supply "
-            f"centers). Own as many supply centers as you can after {self.cfg.horizon} movement "
+            "You play one of the seven powers in Diplomacy (standard map, 34 supply centers). "
+            f"Own as many supply centers as you can after {self.cfg.horizon} movement "
             f"phases. Each phase you {press}give one order per unit: hold 'A PAR H', move "
             "'A PAR - BUR', support 'A MAR S A PAR - BUR', convoy 'F ENG C A LON - BRE'. "
             "Illegal or missing orders hold. Retreats and builds are automatic."

@@ -135,7 +135,7 @@ class HFBackend(GenerationBackend):
             if params.temperature > 0:
                 for warp in warpers:
                     logits = warp(None, logits)
-                nxt = torch.multinomial(torch.softmax(logits, -1), 1, generator=gen)[:, 0]  # (B,)
+                nxt = sample_tokens(logits, gen)  # (B,)
             else:
                 nxt = logits.argmax(-1)  # (B,)
             nxt = torch.where(done, self.pad_id, nxt)
@@ -246,6 +246,15 @@ class HFBackend(GenerationBackend):
         out = trim_reply(row, self.tokenizer, self.eos_ids, self.stop_ids)
         self.generated_tokens += len(out.token_ids)
         return out
+
+
+def sample_tokens(logits: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """One token id per row of `logits` (B, V), drawn from its softmax by inverse transform:
+    one uniform per row against the row's cumulative probabilities. Same distribution as
+    `torch.multinomial`, which on CPU spends ~5 ms per step drawing B x V random numbers."""
+    cdf = torch.softmax(logits, -1).cumsum(-1)  # (B, V)
+    u = torch.rand(cdf.shape[0], 1, generator=gen, device=cdf.device) * cdf[:, -1:]  # (B, 1)
+    return torch.searchsorted(cdf, u, right=True)[:, 0].clamp_max(cdf.shape[1] - 1)
 
 
 def _groups(order: list[int], sizes: list[int], budget: int) -> list[list[int]]:
