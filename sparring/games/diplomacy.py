@@ -443,17 +443,15 @@ class DiplomacyGame(Game):
         phase = e.get_current_phase()
         head = (
             f"{'Spring' if phase[0] == 'S' else 'Fall'} {phase[1:5]}, move {self._moves_done + 1} of "
-            f"{self.cfg.horizon}. You are {power}."
+            f"{self.cfg.horizon}."
         )
         counts = " ".join(f"{p[:3]} {len(e.get_centers(p))}" for p in ROLES)
-        others = "; ".join(
-            f"{p[:3]} {', '.join(e.get_units(p))}" for p in ROLES if p != power and e.get_units(p)
-        )
-        lines = [
+        units = "; ".join(f"{p[:3]} {', '.join(e.get_units(p))}" for p in ROLES if e.get_units(p))
+        lines = [  # the board first: the same for all seven powers, a prefix their prompts share
             head,
             f"Centers: {counts}",
-            f"Your centers: {' '.join(sorted(e.get_centers(power))) or 'none'}",
-            f"Other units: {others}",
+            f"Units: {units}",
+            f"You are {power}. Your centers: {' '.join(sorted(e.get_centers(power))) or 'none'}",
             *self._feedback[seat],
         ]
         self._feedback[seat] = []
