@@ -28,7 +28,6 @@ from sparring.generation.stops import turn_stop_ids
 from sparring.rollout import RolloutConfig, build_policies
 
 EOS, ENDOFTEXT = 2, 0  # the tiny tokenizer's <|im_end|> and <|endoftext|>
-WORDS = [61, 298, 63, 223, 74, 71, 78, 388, 359, 434]  # "[message] hello there"
 
 
 @pytest.fixture(scope="module")
@@ -68,26 +67,28 @@ def test_sglang_sampling_request_maps_every_field():
 
 def test_sglang_outputs_map_to_completions(tokenizer):
     eos_ids, stop_ids = turn_stop_ids(tokenizer)
+    words = tokenizer.encode("[message] hello there", add_special_tokens=False)
+    assert len(words) >= 4
     outputs = [  # as returned by sglang.Engine.generate(input_ids=..., skip_tokenizer_init=True)
-        {"output_ids": WORDS + [EOS],
+        {"output_ids": words + [EOS],
          "meta_info": {"id": "a1", "finish_reason": {"type": "stop", "matched": EOS},
                        "prompt_tokens": 17, "completion_tokens": 11, "cached_tokens": 12}},
-        {"output_ids": WORDS[:4],
+        {"output_ids": words[:4],
          "meta_info": {"id": "a2", "finish_reason": {"type": "length", "length": 4}}},
-        {"output_ids": WORDS[:3],  # stop id trimmed by the server: it is put back
+        {"output_ids": words[:3],  # stop id trimmed by the server: it is put back
          "meta_info": {"id": "a3", "finish_reason": {"type": "stop", "matched": EOS}}},
-        {"output_ids": WORDS[:2] + [ENDOFTEXT, 5],  # a non-EOS special token: cut, not kept
+        {"output_ids": words[:2] + [ENDOFTEXT, 5],  # a non-EOS special token: cut, not kept
          "meta_info": {"id": "a4", "finish_reason": {"type": "stop", "matched": ENDOFTEXT}}},
-        {"output_ids": WORDS[:2], "text": "ignored",  # a string stop: nothing to put back
+        {"output_ids": words[:2], "text": "ignored",  # a string stop: nothing to put back
          "meta_info": {"id": "a5", "finish_reason": {"type": "stop", "matched": "\n"}}},
     ]  # fmt: skip
     got = to_completions(outputs, tokenizer, eos_ids, stop_ids)
     assert [c.token_ids for c in got] == [
-        WORDS + [EOS],
-        WORDS[:4],
-        WORDS[:3] + [EOS],
-        WORDS[:2],
-        WORDS[:2],
+        words + [EOS],
+        words[:4],
+        words[:3] + [EOS],
+        words[:2],
+        words[:2],
     ]
     assert [c.finish_reason for c in got] == ["stop", "length", "stop", "stop", "length"]
     assert got[0].text == "[message] hello there"  # decoded from ids, EOS skipped

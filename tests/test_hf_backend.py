@@ -6,6 +6,7 @@ all optimisations; none may change a greedy token.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,33 @@ def test_sampled_tokens_follow_the_softmax():
     want = torch.softmax(logits[0], -1)
     assert counts[4] == 0
     assert torch.allclose(counts, want, atol=0.01), (counts, want)
+
+
+def test_shared_prefixes_are_prefilled_once(sharp_model, tokenizer, reference):
+    """Two games x three powers: the rules (all rows) and each game's board (its rows) run
+    through the model once; every token comes out as without sharing."""
+    rules = "Rules: own as many supply centers as you can. Orders hold, move or support. " * 2
+    boards = ["Spring 1901. Units: AUS A VIE, A BUD; ENG F LON; FRA A PAR, A MAR. " * 2,
+              "Fall 1905. Units: GER A BER, A MUN; ITA F NAP; TUR A CON, F ANK. " * 2]  # fmt: skip
+    games = [
+        [tokenizer.apply_chat_template([{"role": "system", "content": rules},
+                                        {"role": "user", "content": board + mine}],
+                                       add_generation_prompt=True)["input_ids"]
+         for mine in ("7 You are AUSTRIA.", "8 You are ENGLAND.", "9 You are FRANCE.")]
+        for board in boards
+    ]  # fmt: skip
+    prompts = [p for game in games for p in game]
+    everyone = len(os.path.commonprefix(prompts))
+    per_game = [len(os.path.commonprefix(game)) for game in games]
+    assert everyone >= 32 and min(per_game) > everyone + 32
+    want = everyone + sum(n - everyone for n in per_game)  # each shared prefix once
+    want += sum(len(p) - n for game, n in zip(games, per_game, strict=True) for p in game)
+
+    backend = HFBackend(sharp_model, device="cpu")
+    got = [c.token_ids for c in backend.generate(prompts, GREEDY)]
+    assert got == [reference(p) for p in prompts]
+    assert backend.prefilled_tokens == want < sum(map(len, prompts))
+
+    unshared = HFBackend(sharp_model, device="cpu", min_shared_prefix=10**6)
+    assert [c.token_ids for c in unshared.generate(prompts, GREEDY)] == got
+    assert unshared.prefilled_tokens == sum(map(len, prompts))

@@ -7,7 +7,9 @@ the next call for that session prefills only the tokens that are new since then 
 stop token, the partner's message, the template scaffolding).
 
 A call runs in two phases:
-- prefill, in length-sorted groups of at most `prefill_tokens` padded tokens; a group's row is
+- prefill: a prefix that rows of the call share (say the rules and the board of one game) is
+  computed once and handed to them like a session's cached prefix. Then the rest goes in
+  length-sorted groups of at most `prefill_tokens` padded tokens. A group's row is
   `[pad..., cached prefix (L_i) | pad..., new tokens (n_i)]`, with a 2-D attention mask and
   explicit position ids, so rows with different cached lengths share one forward pass;
 - decode, the whole batch at once: each row's prompt keys and values, left-padded, in one
@@ -15,7 +17,8 @@ A call runs in two phases:
   dominated CPU decode time), one token per row per forward.
 
 Prefill is compute-bound and gains nothing from huge batches; decoding is where batching
-pays. Sampling uses transformers' temperature / top-p logits warpers.
+pays. Sampling applies transformers' temperature / top-p logits warpers, then draws by
+inverse transform (`sample_tokens`).
 `forward_seconds` accumulates wall time inside the model's forward passes.
 """
 
@@ -50,6 +53,7 @@ class HFBackend(GenerationBackend):
     def __init__(
         self, model_path: str, device: str = "auto", max_batch_size: int = 64,
         max_cached_tokens: int = 1_000_000, prefill_tokens: int | None = None,
+        min_shared_prefix: int = 32,
     ) -> None:  # fmt: skip
         self.device = pick_device(device)
         dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
@@ -61,6 +65,8 @@ class HFBackend(GenerationBackend):
         """Cap on tokens kept across sessions; least recently used sessions go first."""
         self.prefill_tokens = prefill_tokens or (4096 if self.device.type == "cpu" else 65536)
         """Padded tokens per prefill forward (see `_prefill`)."""
+        self.min_shared_prefix = min_shared_prefix
+        """Shortest prefix that rows of one call share and prefill once (`_share_prefixes`)."""
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
             self.pad_id = self.tokenizer.eos_token_id
@@ -163,6 +169,7 @@ class HFBackend(GenerationBackend):
         Prefill is compute-bound: a huge padded batch only adds padding and cache misses (on
         CPU, 106 rows of ~400 tokens cost twice as much per token as 8 rows), so prefill goes
         in groups and only decoding runs the whole batch at once."""
+        cached = self._share_prefixes(prompts, cached)
         past = [len(ids) for ids, _ in cached]  # L_i
         new = [p[n:] for p, n in zip(prompts, past, strict=True)]  # n_i >= 1 tokens each
         self.reused_tokens += sum(past)
@@ -190,6 +197,34 @@ class HFBackend(GenerationBackend):
                 spans = [(lmax - past[i], lmax), (lmax + nmax - len(new[i]), lmax + nmax)]
                 kvs[i] = _row_kv(cache, row, spans)
         return torch.stack(logits), kvs
+
+    def _share_prefixes(
+        self, prompts: list[list[int]], cached: list[tuple[list[int], KV | None]]
+    ) -> list[tuple[list[int], KV | None]]:
+        """Give rows without a session cache the longest prefix they share with another such
+        row (at least `min_shared_prefix` tokens), prefilled once for all rows that share it.
+
+        The prefixes are prefilled through `_prefill` itself, so they share theirs in turn:
+        Diplomacy's seven powers of a game share the rules and the board, all games share the
+        rules, and each is computed once. In lexicographic order a row's longest shared prefix
+        is the longer of its common prefixes with its two neighbours."""
+        fresh = sorted((i for i, (ids, _) in enumerate(cached) if not ids), key=prompts.__getitem__)
+        common = [
+            _common_prefix(prompts[a], prompts[b]) for a, b in zip(fresh, fresh[1:], strict=False)
+        ]
+        shared: dict[int, tuple[int, ...]] = {}  # row -> the prefix it takes from the cache
+        for k, i in enumerate(fresh):
+            n = max(common[k - 1] if k else 0, common[k] if k < len(common) else 0)
+            n = min(n, len(prompts[i]) - 1)  # leave >= 1 new token
+            if n >= self.min_shared_prefix:
+                shared[i] = tuple(prompts[i][:n])
+        if not shared:
+            return cached
+        prefixes = sorted(set(shared.values()))
+        _, kvs = self._prefill([list(p) for p in prefixes], [([], None)] * len(prefixes))
+        kv_of = dict(zip(prefixes, kvs, strict=True))
+        return [(list(shared[i]), kv_of[shared[i]]) if i in shared else c
+                for i, c in enumerate(cached)]  # fmt: skip
 
     # ---- the session cache -----------------------------------------------------------------
     def _lookup(self, session: str | None, prompt: list[int]) -> tuple[list[int], KV | None]:
@@ -255,6 +290,13 @@ def sample_tokens(logits: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     cdf = torch.softmax(logits, -1).cumsum(-1)  # (B, V)
     u = torch.rand(cdf.shape[0], 1, generator=gen, device=cdf.device) * cdf[:, -1:]  # (B, 1)
     return torch.searchsorted(cdf, u, right=True)[:, 0].clamp_max(cdf.shape[1] - 1)
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix of two token lists."""
+    return next(
+        (k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
 
 
 def _groups(order: list[int], sizes: list[int], budget: int) -> list[list[int]]:
