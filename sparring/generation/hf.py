@@ -160,16 +160,19 @@ class HFBackend(GenerationBackend):
         return completions
 
     def _prefill(
-        self, prompts: list[list[int]], cached: list[tuple[list[int], KV | None]]
-    ) -> tuple[torch.Tensor, list[KV]]:
+        self, prompts: list[list[int]], cached: list[tuple[list[int], KV | None]],
+        share: bool = True,
+    ) -> tuple[torch.Tensor, list[KV]]:  # fmt: skip
         """Run each prompt's uncached tokens through the model in length-sorted groups of at
         most `prefill_tokens` padded tokens. Returns the last position's logits (B, V) and each
         row's keys and values over its whole prompt.
 
         Prefill is compute-bound: a huge padded batch only adds padding and cache misses (on
         CPU, 106 rows of ~400 tokens cost twice as much per token as 8 rows), so prefill goes
-        in groups and only decoding runs the whole batch at once."""
-        cached = self._share_prefixes(prompts, cached)
+        in groups and only decoding runs the whole batch at once. With `share`, prefixes that
+        rows share are computed once first (`_share_prefixes`)."""
+        if share:
+            cached = self._share_prefixes(prompts, cached)
         past = [len(ids) for ids, _ in cached]  # L_i
         new = [p[n:] for p, n in zip(prompts, past, strict=True)]  # n_i >= 1 tokens each
         self.reused_tokens += sum(past)
@@ -204,10 +207,9 @@ class HFBackend(GenerationBackend):
         """Give rows without a session cache the longest prefix they share with another such
         row (at least `min_shared_prefix` tokens), prefilled once for all rows that share it.
 
-        The prefixes are prefilled through `_prefill` itself, so they share theirs in turn:
-        Diplomacy's seven powers of a game share the rules and the board, all games share the
-        rules, and each is computed once. In lexicographic order a row's longest shared prefix
-        is the longer of its common prefixes with its two neighbours."""
+        In lexicographic order a row's longest shared prefix is the longer of its common
+        prefixes with its two neighbours. The part common to all those prefixes (say the rules,
+        when each prefix is the rules plus one Diplomacy game's board) is prefilled once too."""
         fresh = sorted((i for i, (ids, _) in enumerate(cached) if not ids), key=prompts.__getitem__)
         common = [
             _common_prefix(prompts[a], prompts[b]) for a, b in zip(fresh, fresh[1:], strict=False)
@@ -221,7 +223,13 @@ class HFBackend(GenerationBackend):
         if not shared:
             return cached
         prefixes = sorted(set(shared.values()))
-        _, kvs = self._prefill([list(p) for p in prefixes], [([], None)] * len(prefixes))
+        root = prefixes[0][: min(_common_prefix(prefixes[0], prefixes[-1]),
+                                 min(map(len, prefixes)) - 1)]  # fmt: skip
+        base: list[tuple[list[int], KV | None]] = [([], None)] * len(prefixes)
+        if len(prefixes) > 1 and len(root) >= self.min_shared_prefix:
+            _, (root_kv,) = self._prefill([list(root)], [([], None)], share=False)
+            base = [(list(root), root_kv)] * len(prefixes)
+        _, kvs = self._prefill([list(p) for p in prefixes], base, share=False)
         kv_of = dict(zip(prefixes, kvs, strict=True))
         return [(list(shared[i]), kv_of[shared[i]]) if i in shared else c
                 for i, c in enumerate(cached)]  # fmt: skip
