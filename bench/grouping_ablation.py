@@ -1,7 +1,8 @@
 """Seed 001's open question at CPU scale: does grouping GRPO advantages by country beat
 grouping by initial state (standard per-prompt grouping) or one batch-wide group?
 
-    .venv/bin/python bench/grouping_ablation.py                 # about 30 minutes on 2 cores
+    .venv/bin/python bench/grouping_ablation.py                 # about 20 minutes on 2 cores
+    .venv/bin/python bench/grouping_ablation.py --selfplay --train 8 --seeds 1   # self-play
     .venv/bin/python bench/grouping_ablation.py --iters 1 --train 7 --val 1 --warm 1 \
         --warm-epochs 1 --seeds 1 --eval-samples 1              # smoke
 
@@ -10,9 +11,11 @@ Steps:
   2. for each training seed and each group key (country, init, batch), from that same
      checkpoint with the same seeds: `iters` rounds of rollout -> GRPO update
      (`seq-mean-token-mean` loss by default). Each rollout seats the learner in one country
-     per game against greedy bots (`sparring.opponents.plan_seats`, countries balanced), and
-     plays each initial state `games_per_init` times, so an `init` group is "same state, same
-     seat" and a `country` group spans all states of that country.
+     per game against greedy bots (`sparring.opponents.plan_seats`, countries balanced), or
+     with `--selfplay` in all seven (the non-stationary case seed 001 is about: the opponents
+     are the learner itself), and plays each initial state `games_per_init` times, so an
+     `init` group is "same state, same seat" and a `country` group spans all states of that
+     country.
   3. evaluate every final checkpoint against the greedy bot, learner in each country in turn
      (`sparring.evaluate_diplomacy.vs_bots`), on held-out states, `eval_samples` sampled games
      (temperature 1, seeded) per state and country: the expected reward moves with small
@@ -73,7 +76,8 @@ def run_key(key: str, seed: int, warm: Path, work: Path, args, params: dict, tra
     """2. `iters` rounds of rollout + GRPO with one group key; returns the final checkpoint."""
     model, out = warm, work / f"seed-{seed}" / key
     plan, _ = plan_seats(len(train_inits), ROLES,
-                         DifficultySchedule(DifficultyConfig(pool=["greedy"])), seed=seed)  # fmt: skip
+                         DifficultySchedule(DifficultyConfig(pool=["greedy"])),
+                         selfplay_fraction=1.0 if args.selfplay else 0.0, seed=seed)  # fmt: skip
     for it in range(args.iters):
         sampling = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens,
                                   seed=seed * 1000 + it)  # fmt: skip
@@ -136,6 +140,11 @@ def main() -> None:
     ap.add_argument("--eval-samples", type=int, default=4, help="plays per val state and country")
     ap.add_argument("--eval-temperature", type=float, default=1.0, help="0 = greedy eval")
     ap.add_argument("--loss-agg-mode", default="seq-mean-token-mean")
+    ap.add_argument(
+        "--selfplay",
+        action="store_true",
+        help="train in pure self-play (the learner in all 7 seats) instead of vs greedy",
+    )
     ap.add_argument("--warm", type=int, default=16, help="greedy self-play games for SFT")
     ap.add_argument("--warm-epochs", type=int, default=3)
     ap.add_argument("--lr", type=float, default=5e-4)
