@@ -84,7 +84,7 @@ def test_bad_samples_fail_clearly(tiny_model_dir, tokenizer, tmp_path):
         train(tiny_model_dir, [write(df, tmp_path)], tmp_path / "o", None, tiny_model_dir)
 
 
-def test_one_step_raises_positive_and_lowers_negative_log_prob(tiny_model_dir, tokenizer):
+def test_one_step_widens_the_gap_between_positive_and_negative_log_prob(tiny_model_dir, tokenizer):
     # rows 0 and 2 reply with different text (no shared reply), one group: A = +.7071, -.7071
     df = make_samples(tokenizer, [1.0, 0.0, 0.0]).iloc[[0, 2]].reset_index(drop=True)
     cfg = TrainConfig(group_key="batch", lr=1e-3, mini_batch_size=2, micro_batch_size=1)
@@ -94,7 +94,11 @@ def test_one_step_raises_positive_and_lowers_negative_log_prob(tiny_model_dir, t
     before = own_log_prob(model, batch)
     metrics = grpo_update(model, batch, advantages, cfg, CPU)
     after = own_log_prob(model, batch)
-    assert after[0] > before[0] and after[1] < before[1]
+    # The positive reply gains and the gap to the negative one widens. Both replies share every
+    # parameter, so the negative reply may still drift up a little (with this tokenizer it
+    # moves by under 1 nat while the positive one gains 9): only the gap is guaranteed.
+    assert after[0] > before[0]
+    assert after[0] - before[0] > after[1] - before[1]
     # on-policy step: the old log-probs came from the same forward, so the ratio is exactly 1
     assert metrics["train/ppo_kl"] == 0 and metrics["train/pg_clipfrac"] == 0
 
