@@ -136,6 +136,19 @@ def test_observation_is_compact_and_messages_alternate():
     assert not game.step(FRANCE, "again").ok
 
 
+def test_all_powers_prompts_share_the_rules_and_the_board():
+    """The prefix the hf backend prefills once per game: system prompt, then the board."""
+    game = opening()
+    chats = [game.messages(seat) for seat in range(7)]
+    assert len({chat[0]["content"] for chat in chats}) == 1  # the rules name no power
+    boards = {tuple(chat[1]["content"].splitlines()[:3]) for chat in chats}
+    assert len(boards) == 1
+    (board,) = boards
+    assert board[1].startswith("Centers: AUS 3") and board[2].startswith("Units: AUS A BUD")
+    assert all(f"You are {p}." in chat[1]["content"].splitlines()[3]
+               for p, chat in zip(ROLES, chats, strict=True))  # fmt: skip
+
+
 def test_parser_normalizes_common_spellings():
     game = opening(press=False)
     possible = game.engine.get_all_possible_orders()
