@@ -194,7 +194,8 @@ def play(
         for seat, trace in enumerate(trace_row)
         if trace is not None and (row := sample_row(ep, seat, trace)) is not None
     ]
-    tokens = sum(getattr(p, "generated_tokens", 0) for p in policies.values())
+    distinct = {id(p): p for p in policies.values()}.values()  # names may share a backend
+    tokens = sum(getattr(p, "generated_tokens", 0) for p in distinct)
     return RolloutResult(episodes, samples, time.perf_counter() - t0, calls, tokens)
 
 
@@ -307,10 +308,12 @@ def build_policies(
 ) -> dict[str, Policy]:  # fmt: skip
     """Policies for a rollout: `policy` = the model on `backend` (default hf); any other seat
     name is a scripted agent registered in sparring.agents, or a key of `extra_models`
-    (name -> checkpoint path, always on hf: opponents from the pool are small side batches)."""
+    (name -> checkpoint path, always on hf: opponents from the pool are small side batches).
+    Names with the same checkpoint path share one loaded model."""
     from sparring.generation.hf import HFBackend
 
     policies: dict[str, Policy] = {}
+    loaded: dict[str, HFBackend] = {}  # checkpoint path -> its backend
     extra_models = extra_models or {}
     for name in sorted(set(seats or ["policy"])):
         if name == "policy":
@@ -318,9 +321,10 @@ def build_policies(
                 raise ValueError("a `policy` seat needs --model")
             policies[name] = make_backend(model, backend or BackendConfig(), device, max_batch_size)
         elif name in extra_models:
-            policies[name] = HFBackend(
-                extra_models[name], device=device, max_batch_size=max_batch_size
-            )
+            path = extra_models[name]
+            if path not in loaded:
+                loaded[path] = HFBackend(path, device=device, max_batch_size=max_batch_size)
+            policies[name] = loaded[path]
         else:
             policies[name] = make_agent(name)
     return policies

@@ -12,7 +12,7 @@ from sparring.agents import make_agent
 from sparring.game_init import GameInitConfig, write_inits
 from sparring.generation.base import SamplingParams
 from sparring.generation.hf import HFBackend
-from sparring.rollout import RolloutConfig, load_inits, play, write_outputs
+from sparring.rollout import RolloutConfig, build_policies, load_inits, play, write_outputs
 
 GAME = {"k": 3, "max_turns": 4}
 
@@ -168,3 +168,14 @@ def test_bad_seat_config_is_a_clear_error(inits, backend):
         play(inits, {"policy": backend}, config(seats=["policy"]), progress=False)
     with pytest.raises(ValueError, match="max_context_tokens"):
         RolloutConfig(max_context_tokens=64, sampling=SamplingParams(max_new_tokens=64))
+
+
+def test_names_with_one_checkpoint_share_one_model(inits, tiny_model_dir):
+    """Two opponents at the same path (e.g. past-1 and past-2 early in a run) load it once,
+    and the rollout counts the shared backend's generated tokens once."""
+    path = str(tiny_model_dir)
+    policies = build_policies(None, ["old", "older"], "cpu",
+                              extra_models={"old": path, "older": path})  # fmt: skip
+    assert policies["old"] is policies["older"]
+    res = play(inits, policies, config(seats=["old", "older"]), progress=False)
+    assert res.generated_tokens == policies["old"].generated_tokens > 0
