@@ -241,9 +241,7 @@ class HFBackend(GenerationBackend):
             return [], None
         ids, kv = self._sessions[session]
         self._sessions.move_to_end(session)
-        n = min(len(ids), len(prompt) - 1)
-        same = torch.tensor(ids[:n]) == torch.tensor(prompt[:n])
-        n = n if bool(same.all()) else int((~same).nonzero()[0, 0])  # common prefix length
+        n = _common_prefix(ids, prompt[: len(prompt) - 1])
         return ids[:n], [(k[:, :n], v[:, :n]) for k, v in kv]
 
     def _batch_cache(
