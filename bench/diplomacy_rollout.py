@@ -33,9 +33,11 @@ def report(label: str, results: list[RolloutResult], backend: HFBackend) -> floa
     decisions = sum(len(e.transcript) for r in results for e in r.episodes)
     calls = sum(r.generate_calls for r in results)
     truncated = sum(e.truncated for r in results for e in r.episodes)
-    print(f"{label:14s} {seconds:7.1f} s  {decisions} decisions  {decisions / seconds:6.2f} "
-          f"decisions/s  {calls} generate calls  {truncated} truncated  forward share "
-          f"{backend.forward_seconds / seconds:.2f}")  # fmt: skip
+    print(
+        f"{label:14s} {seconds:7.1f} s  {decisions} decisions  {decisions / seconds:6.2f} "
+        f"decisions/s  {calls} generate calls  {truncated} truncated  forward share "
+        f"{backend.forward_seconds / seconds:.2f}"
+    )
     return decisions / seconds
 
 
@@ -60,8 +62,10 @@ def main() -> None:
     sampling = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens, seed=0)
     cfg = RolloutConfig(game="diplomacy", game_params=params, games_per_init=1, sampling=sampling)
     backend = HFBackend(model, device="cpu", max_batch_size=7 * args.games)
-    print(f"{args.games} games, horizon {args.horizon}, press {args.press}, "
-          f"{args.max_new_tokens} new tokens per decision")  # fmt: skip
+    print(
+        f"{args.games} games, horizon {args.horizon}, press {args.press}, "
+        f"{args.max_new_tokens} new tokens per decision"
+    )
 
     play(inits[:1], {"policy": backend}, cfg, progress=False)  # warm-up (first-call costs)
 

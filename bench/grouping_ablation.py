@@ -53,8 +53,13 @@ KEYS = ("country", "init", "batch")
 
 
 def inits_of(split: str, n: int, params: dict, seed: int) -> list[tuple[str, dict]]:
-    cfg = GameInitConfig(game="diplomacy", game_params=params, seed=seed,
-                         num_train=n if split == "train" else 0, num_val=n if split == "val" else 0)  # fmt: skip
+    cfg = GameInitConfig(
+        game="diplomacy",
+        game_params=params,
+        seed=seed,
+        num_train=n if split == "train" else 0,
+        num_val=n if split == "val" else 0,
+    )
     return [(r.init_id, json.loads(r.state)) for r in generate_inits(cfg, False).itertuples()]
 
 
@@ -62,33 +67,55 @@ def warm_start(work: Path, params: dict, n: int, epochs: int) -> Path:
     """1. SFT a fresh tiny model on greedy bots playing every seat."""
     tiny = init_tiny(work / "tiny")
     tokenizer = HFBackend(str(tiny), device="cpu").tokenizer
-    cfg = RolloutConfig(game="diplomacy", game_params=params, games_per_init=1,
-                        seats=["greedy"] * len(ROLES))  # fmt: skip
-    res = play(inits_of("train", n, params, seed=1), {"greedy": make_agent("greedy")}, cfg,
-               progress=False, scripted_tokenizer=tokenizer)  # fmt: skip
+    cfg = RolloutConfig(
+        game="diplomacy", game_params=params, games_per_init=1, seats=["greedy"] * len(ROLES)
+    )
+    res = play(
+        inits_of("train", n, params, seed=1),
+        {"greedy": make_agent("greedy")},
+        cfg,
+        progress=False,
+        scripted_tokenizer=tokenizer,
+    )
     data = write_samples(res.samples, work / "warm.parquet")
-    sft_cfg = TrainConfig(lr=3e-3, epochs=epochs, mini_batch_size=16, micro_batch_size=8,
-                          device="cpu")  # fmt: skip
+    sft_cfg = TrainConfig(
+        lr=3e-3, epochs=epochs, mini_batch_size=16, micro_batch_size=8, device="cpu"
+    )
     return sft(tiny, [data], work / "warm", sft_cfg).out_dir
 
 
 def run_key(key: str, seed: int, warm: Path, work: Path, args, params: dict, train_inits) -> Path:
     """2. `iters` rounds of rollout + GRPO with one group key; returns the final checkpoint."""
     model, out = warm, work / f"seed-{seed}" / key
-    plan, _ = plan_seats(len(train_inits), ROLES,
-                         DifficultySchedule(DifficultyConfig(pool=["greedy"])),
-                         selfplay_fraction=1.0 if args.selfplay else 0.0, seed=seed)  # fmt: skip
+    plan, _ = plan_seats(
+        len(train_inits),
+        ROLES,
+        DifficultySchedule(DifficultyConfig(pool=["greedy"])),
+        selfplay_fraction=1.0 if args.selfplay else 0.0,
+        seed=seed,
+    )
     for it in range(args.iters):
-        sampling = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens,
-                                  seed=seed * 1000 + it)  # fmt: skip
-        cfg = RolloutConfig(game="diplomacy", game_params=params,
-                            games_per_init=args.games_per_init, sampling=sampling)  # fmt: skip
+        sampling = SamplingParams(
+            temperature=1.0, max_new_tokens=args.max_new_tokens, seed=seed * 1000 + it
+        )
+        cfg = RolloutConfig(
+            game="diplomacy",
+            game_params=params,
+            games_per_init=args.games_per_init,
+            sampling=sampling,
+        )
         policies = {"policy": HFBackend(str(model), device="cpu"), "greedy": make_agent("greedy")}
         res = play(train_inits, policies, cfg, progress=False, seat_plan=plan)
         samples = write_samples(res.samples, out / f"samples-{it}.parquet")
-        tcfg = TrainConfig(group_key=key, lr=args.lr, loss_agg_mode=args.loss_agg_mode,
-                           mini_batch_size=16, micro_batch_size=8, device="cpu",
-                           seed=seed * 1000 + it)  # fmt: skip
+        tcfg = TrainConfig(
+            group_key=key,
+            lr=args.lr,
+            loss_agg_mode=args.loss_agg_mode,
+            mini_batch_size=16,
+            micro_batch_size=8,
+            device="cpu",
+            seed=seed * 1000 + it,
+        )
         try:
             model = train(model, [samples], out / f"iter-{it}", tcfg).out_dir
         except NoSignalError as err:  # every group tied: nothing to learn this round
@@ -100,12 +127,13 @@ def run_key(key: str, seed: int, warm: Path, work: Path, args, params: dict, tra
 
 def evaluate_vs_greedy(model: Path, val_inits, params: dict, args) -> np.ndarray:
     """3. The learner's reward in every (val state, country, sample) game against greedy."""
-    sampling = SamplingParams(temperature=args.eval_temperature,
-                              max_new_tokens=args.max_new_tokens, seed=0)  # fmt: skip
-    cfg = EvalConfig(game="diplomacy", game_params=params, sampling=sampling,
-                     max_batch_size=256)  # fmt: skip
-    plays = [(f"{init_id}~{k}", state) for init_id, state in val_inits
-             for k in range(args.eval_samples)]  # fmt: skip
+    sampling = SamplingParams(
+        temperature=args.eval_temperature, max_new_tokens=args.max_new_tokens, seed=0
+    )
+    cfg = EvalConfig(game="diplomacy", game_params=params, sampling=sampling, max_batch_size=256)
+    plays = [
+        (f"{init_id}~{k}", state) for init_id, state in val_inits for k in range(args.eval_samples)
+    ]
     _, eps = vs_bots(HFBackend(str(model), device="cpu"), plays, cfg, False, ["greedy"])
     return np.array([e.rewards[e.seat_policies.index("policy")] for e in eps])
 
@@ -169,8 +197,10 @@ def main() -> None:
     for name, r in results.items():
         se = r.std(ddof=1) / np.sqrt(len(r)) if len(r) > 1 else 0.0
         seeds = " ".join(f"{m:.4f}" for m in per_seed.get(name, []))
-        print(f"{name:10s} eval reward vs greedy {r.mean():.4f} ± {se:.4f} (n={len(r)})"
-              + (f"  per seed: {seeds}" if seeds else ""))  # fmt: skip
+        print(
+            f"{name:10s} eval reward vs greedy {r.mean():.4f} ± {se:.4f} (n={len(r)})"
+            + (f"  per seed: {seeds}" if seeds else "")
+        )
     plot(results, work / "grouping_ablation.png")
     print(f"plot: {work / 'grouping_ablation.png'}")
     print(f"RESULT country_vs_init_gain {results['country'].mean() - results['init'].mean():.4f}")

@@ -50,20 +50,34 @@ def val_metrics(
         cfg = EvalConfig(game_params=game, modes=["selfplay"], sampling=params)
         m, _ = evaluate(backend, val, cfg, progress=False)
         a = "eval/selfplay/player_a/"
-        out |= {f"{name}reward": m["eval/selfplay/all/normalized_reward"], f"{name}reward_se": m[a + "normalized_reward_se"],
-                f"{name}agreement": m[a + "agreement_rate"], f"{name}invalid": m[a + "invalid_rate"]}  # fmt: skip
+        out |= {
+            f"{name}reward": m["eval/selfplay/all/normalized_reward"],
+            f"{name}reward_se": m[a + "normalized_reward_se"],
+            f"{name}agreement": m[a + "agreement_rate"],
+            f"{name}invalid": m[a + "invalid_rate"],
+        }
     return out
 
 
 def warm_start(model: str, states: list, game: dict, args: argparse.Namespace, work: Path) -> str:
     """2. SFT on scripted self-play of `states`; returns the checkpoint path."""
     rcfg = RolloutConfig(game_params=game, games_per_init=1, seats=["matching-scripted"] * 2)
-    result = play(states, {"matching-scripted": make_agent("matching-scripted")}, rcfg, progress=False,
-                  scripted_tokenizer=AutoTokenizer.from_pretrained(model))  # fmt: skip
+    result = play(
+        states,
+        {"matching-scripted": make_agent("matching-scripted")},
+        rcfg,
+        progress=False,
+        scripted_tokenizer=AutoTokenizer.from_pretrained(model),
+    )
     print(f"scripted teacher reward {rollout_stats(result)['rollout/normalized_reward']:.3f}")
     samples = write_outputs(result, work / "sft-data")["samples"]
-    cfg = TrainConfig(lr=args.sft_lr, epochs=args.sft_epochs, mini_batch_size=16, micro_batch_size=16,
-                      lr_schedule="cosine")  # fmt: skip
+    cfg = TrainConfig(
+        lr=args.sft_lr,
+        epochs=args.sft_epochs,
+        mini_batch_size=16,
+        micro_batch_size=16,
+        lr_schedule="cosine",
+    )
     return str(sft(model, [samples], work / "iter-0", cfg).out_dir)
 
 
@@ -76,8 +90,14 @@ def plot(curve: list[dict], path: Path, title: str) -> None:
     x = [c["iteration"] for c in curve]
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
     for prefix, label, style in (("", "sampled", "o-"), ("greedy_", "greedy", "s--")):
-        ax.errorbar(x, [c[prefix + "reward"] for c in curve], yerr=[c[prefix + "reward_se"] for c in curve],
-                    fmt=style, capsize=3, label=f"val reward, {label}")  # fmt: skip
+        ax.errorbar(
+            x,
+            [c[prefix + "reward"] for c in curve],
+            yerr=[c[prefix + "reward_se"] for c in curve],
+            fmt=style,
+            capsize=3,
+            label=f"val reward, {label}",
+        )
     ax.plot(x, [c["agreement"] for c in curve], ":", label="agreement rate (sampled)")
     ax.plot(x, [c["invalid"] for c in curve], "-.", label="invalid-action rate (sampled)")
     ax.set_xlabel("iteration (0 = after the SFT warm start)")
@@ -107,11 +127,18 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=1, help="PPO epochs per iteration")
     ap.add_argument("--mini-batch", type=int, default=32, help="sequences per optimizer step")
     ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--invalid-penalty", type=float, default=0.0,
-                    help="reward shaping in the training rollouts only: minus this per invalid action")  # fmt: skip
+    ap.add_argument(
+        "--invalid-penalty",
+        type=float,
+        default=0.0,
+        help="reward shaping in the training rollouts only: minus this per invalid action",
+    )
     ap.add_argument("--kl-coef", type=float, default=0.0)
-    ap.add_argument("--loss-agg-mode", default="seq-mean-token-mean",
-                    help="verl agg_loss mode; token-mean lets long failed games dominate (README)")  # fmt: skip
+    ap.add_argument(
+        "--loss-agg-mode",
+        default="seq-mean-token-mean",
+        help="verl agg_loss mode; token-mean lets long failed games dominate (README)",
+    )
     ap.add_argument("--group-key", default="init")
     ap.add_argument("--max-new-tokens", type=int, default=40)
     ap.add_argument(
@@ -128,8 +155,11 @@ def main() -> None:
     sampling = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
     # 1. seeded states (the train split covers SFT and every rollout, disjointly), tiny model
     n_train = args.sft_states + args.iterations * args.train_states
-    inits = write_inits(GameInitConfig(game_params=game, num_train=n_train, num_val=args.val_states, seed=0),
-                        work / "inits", progress=False)  # fmt: skip
+    inits = write_inits(
+        GameInitConfig(game_params=game, num_train=n_train, num_val=args.val_states, seed=0),
+        work / "inits",
+        progress=False,
+    )
     train_states = load_inits(inits["train"])
     model = args.warm_model or warm_start(
         str(init_tiny(work / "tiny")), train_states[: args.sft_states], game, args, work
@@ -138,25 +168,41 @@ def main() -> None:
     curve = [{"iteration": 0, **val_metrics(backend, inits["val"], game, sampling)}]
 
     def report(row: dict) -> None:
-        print(f"iter {row['iteration']}: val {row['reward']:.3f} ± {row['reward_se']:.3f} (greedy "
-              f"{row['greedy_reward']:.3f} ± {row['greedy_reward_se']:.3f})  agreement {row['agreement']:.2f}  "
-              f"invalid {row['invalid']:.2f}  rollout {row.get('rollout_reward', float('nan')):.3f}  "
-              f"zero-std groups {row.get('zero_std_groups', float('nan')):.2f}  clipfrac "
-              f"{row.get('clipfrac', float('nan')):.3f}  ppo_kl {row.get('ppo_kl', float('nan')):.4f}  "
-              f"({time.perf_counter() - t_start:.0f} s)", flush=True)  # fmt: skip
+        print(
+            f"iter {row['iteration']}: val {row['reward']:.3f} ± {row['reward_se']:.3f} (greedy "
+            f"{row['greedy_reward']:.3f} ± {row['greedy_reward_se']:.3f})  agreement {row['agreement']:.2f}  "
+            f"invalid {row['invalid']:.2f}  rollout {row.get('rollout_reward', float('nan')):.3f}  "
+            f"zero-std groups {row.get('zero_std_groups', float('nan')):.2f}  clipfrac "
+            f"{row.get('clipfrac', float('nan')):.3f}  ppo_kl {row.get('ppo_kl', float('nan')):.4f}  "
+            f"({time.perf_counter() - t_start:.0f} s)",
+            flush=True,
+        )
 
     report(curve[0])
     # 3. self-play -> GRPO -> eval
-    tcfg = TrainConfig(group_key=args.group_key, lr=args.lr, epochs=args.epochs, mini_batch_size=args.mini_batch,
-                       micro_batch_size=16, kl_coef=args.kl_coef,
-                       loss_agg_mode=args.loss_agg_mode)  # fmt: skip
+    tcfg = TrainConfig(
+        group_key=args.group_key,
+        lr=args.lr,
+        epochs=args.epochs,
+        mini_batch_size=args.mini_batch,
+        micro_batch_size=16,
+        kl_coef=args.kl_coef,
+        loss_agg_mode=args.loss_agg_mode,
+    )
     rollout_game = game | {"invalid_penalty": args.invalid_penalty}  # eval stays unshaped
     for it in range(1, args.iterations + 1):
         start = args.sft_states + (it - 1) * args.train_states
-        cfg = RolloutConfig(game_params=rollout_game, games_per_init=args.games_per_init,
-                            sampling=sampling.model_copy(update={"seed": 1000 + it}))  # fmt: skip
-        result = play(train_states[start : start + args.train_states], {"policy": backend},
-                      cfg, progress=False)  # fmt: skip
+        cfg = RolloutConfig(
+            game_params=rollout_game,
+            games_per_init=args.games_per_init,
+            sampling=sampling.model_copy(update={"seed": 1000 + it}),
+        )
+        result = play(
+            train_states[start : start + args.train_states],
+            {"policy": backend},
+            cfg,
+            progress=False,
+        )
         samples = write_outputs(result, work / f"iter-{it}" / "rollout")["samples"]
         row = {
             "iteration": it,
@@ -170,9 +216,13 @@ def main() -> None:
                 tcfg.model_copy(update={"seed": it}),
             )
             model, m = str(stats.out_dir), stats.metrics
-            row |= {"zero_std_groups": m[f"train/{args.group_key}/frac_reward_zero_std"],
-                    "clipfrac": m["train/pg_clipfrac"], "ppo_kl": m["train/ppo_kl"],
-                    "grad_norm": m["train/grad_norm"], "entropy": m.get("train/entropy", float("nan"))}  # fmt: skip
+            row |= {
+                "zero_std_groups": m[f"train/{args.group_key}/frac_reward_zero_std"],
+                "clipfrac": m["train/pg_clipfrac"],
+                "ppo_kl": m["train/ppo_kl"],
+                "grad_norm": m["train/grad_norm"],
+                "entropy": m.get("train/entropy", float("nan")),
+            }
         except NoSignalError as e:
             print(f"iter {it}: no update ({e})")
         backend = HFBackend(model, device="cpu")

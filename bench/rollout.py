@@ -62,10 +62,12 @@ def gpu_defaults() -> dict:
     cfg = yaml.safe_load(GPU_CONFIG.read_text())
     rollout = cfg.get("rollout", {})
     return {
-        "model": cfg["model"], "k": cfg["game_params"]["k"], "games": 512,
+        "model": cfg["model"],
+        "k": cfg["game_params"]["k"],
+        "games": 512,
         "max_new_tokens": rollout.get("sampling", {}).get("max_new_tokens", 256),
         "max_batch_size": rollout.get("max_batch_size", 256),
-    }  # fmt: skip
+    }
 
 
 def main() -> None:
@@ -104,8 +106,10 @@ def main() -> None:
     )
     inits = [(r.init_id, json.loads(r.state)) for r in df.itertuples()]
     sampling = SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens, seed=0)
-    print(f"{args.backend} on {'cuda' if gpu else 'cpu'}: {model}, {games} games, k={k}, "
-          f"max_new_tokens={max_new_tokens}")  # fmt: skip
+    print(
+        f"{args.backend} on {'cuda' if gpu else 'cpu'}: {model}, {games} games, k={k}, "
+        f"max_new_tokens={max_new_tokens}"
+    )
 
     def reset() -> None:  # per-backend counters of generated tokens (and hf forward time)
         backend.generated_tokens = 0
@@ -116,15 +120,18 @@ def main() -> None:
         fwd = getattr(backend, "forward_seconds", None)
         return "" if fwd is None else f"  forward share {fwd / seconds:.2f}"
 
-    cfg = RolloutConfig(game_params=game_params, games_per_init=1, sampling=sampling,
-                        max_batch_size=batch)  # fmt: skip
+    cfg = RolloutConfig(
+        game_params=game_params, games_per_init=1, sampling=sampling, max_batch_size=batch
+    )
     reset()
     result = play(inits, {"policy": backend}, cfg, progress=False)
     batched_gps = len(inits) / result.seconds
     tokens_per_s = result.generated_tokens / result.seconds
-    print(f"batched:    {result.seconds:7.1f} s  {batched_gps:6.3f} games/s  "
-          f"{tokens_per_s:7.1f} tokens/s  {result.generate_calls} generate calls"
-          f"{share(result.seconds)}")  # fmt: skip
+    print(
+        f"batched:    {result.seconds:7.1f} s  {batched_gps:6.3f} games/s  "
+        f"{tokens_per_s:7.1f} tokens/s  {result.generate_calls} generate calls"
+        f"{share(result.seconds)}"
+    )
 
     if not gpu or args.baseline:
         reset()
@@ -132,9 +139,11 @@ def main() -> None:
         calls = sequential(backend, inits, game_params, sampling)
         seq_s = time.perf_counter() - t0
         seq_gps = len(inits) / seq_s
-        print(f"sequential: {seq_s:7.1f} s  {seq_gps:6.3f} games/s  "
-              f"{backend.generated_tokens / seq_s:7.1f} tokens/s  {calls} generate calls"
-              f"{share(seq_s)}")  # fmt: skip
+        print(
+            f"sequential: {seq_s:7.1f} s  {seq_gps:6.3f} games/s  "
+            f"{backend.generated_tokens / seq_s:7.1f} tokens/s  {calls} generate calls"
+            f"{share(seq_s)}"
+        )
         print(f"RESULT rollout_speedup {batched_gps / seq_gps:.2f}")
     backend.close()
     if gpu:

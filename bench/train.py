@@ -30,8 +30,9 @@ import torch
 from sparring.tiny_model import TinyModelConfig, init_tiny
 from sparring.train import TrainConfig, advantages_for, collate, grpo_update, load_model
 
-CPU_MODEL = TinyModelConfig(hidden_size=256, num_layers=6, num_heads=4, num_kv_heads=4,
-                            intermediate_size=1024)  # fmt: skip
+CPU_MODEL = TinyModelConfig(
+    hidden_size=256, num_layers=6, num_heads=4, num_kv_heads=4, intermediate_size=1024
+)
 
 
 def samples(n: int, seq_len: int, vocab: int, seed: int = 0) -> pd.DataFrame:
@@ -45,9 +46,14 @@ def samples(n: int, seq_len: int, vocab: int, seed: int = 0) -> pd.DataFrame:
         end = max(j for j, m in enumerate(mask) if m)
         rewards = [0.0] * t
         rewards[end] = float(rng.random())
-        rows.append({"game": f"g{i // 2}", "input_ids": rng.integers(3, vocab, t).tolist(),
-                     "assistant_mask": mask[: end + 1] + [0] * (t - end - 1),
-                     "token_rewards": rewards})  # fmt: skip
+        rows.append(
+            {
+                "game": f"g{i // 2}",
+                "input_ids": rng.integers(3, vocab, t).tolist(),
+                "assistant_mask": mask[: end + 1] + [0] * (t - end - 1),
+                "token_rewards": rewards,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -56,8 +62,9 @@ def bare_step(model, batch, micro: int) -> None:
     model.zero_grad(set_to_none=True)
     for i in range(0, len(batch), micro):
         mb = batch.select(list(range(i, min(i + micro, len(batch)))))
-        model(input_ids=mb.input_ids, attention_mask=mb.attention_mask,
-              labels=mb.input_ids).loss.backward()  # fmt: skip
+        model(
+            input_ids=mb.input_ids, attention_mask=mb.attention_mask, labels=mb.input_ids
+        ).loss.backward()
 
 
 def timed(fn) -> tuple[float, float]:
@@ -86,18 +93,24 @@ def main() -> None:
         params = sum(p.numel() for p in model.parameters())
     df = samples(args.batch, args.seq_len, vocab)
     batch = collate(df, pad_id=0)
-    cfg = TrainConfig(group_key="game", lr=1e-6, mini_batch_size=args.batch,
-                      micro_batch_size=min(args.micro_batch, args.batch))  # fmt: skip
+    cfg = TrainConfig(
+        group_key="game",
+        lr=1e-6,
+        mini_batch_size=args.batch,
+        micro_batch_size=min(args.micro_batch, args.batch),
+    )
     kl_cfg = cfg.model_copy(update={"kl_coef": 0.05})
     advantages, _ = advantages_for(df, batch, cfg)
     steps = {
         "bare fwd+bwd": lambda: bare_step(model, batch.to(device), cfg.micro_batch_size),
         "grpo, KL off": lambda: grpo_update(model, batch, advantages, cfg, device),
-        "grpo, KL on (ref = start weights)": lambda: grpo_update(model, batch, advantages,
-                                                                 kl_cfg, device),
-        "grpo, KL on (separate ref model)": lambda: grpo_update(model, batch, advantages, kl_cfg,
-                                                                device, ref),
-    }  # fmt: skip
+        "grpo, KL on (ref = start weights)": lambda: grpo_update(
+            model, batch, advantages, kl_cfg, device
+        ),
+        "grpo, KL on (separate ref model)": lambda: grpo_update(
+            model, batch, advantages, kl_cfg, device, ref
+        ),
+    }
     for fn in steps.values():  # warm-up
         fn()
     times = {name: [] for name in steps}
@@ -107,14 +120,18 @@ def main() -> None:
     cpu = {name: statistics.median(t[0] for t in ts) for name, ts in times.items()}
     wall = {name: statistics.median(t[1] for t in ts) for name, ts in times.items()}
     tokens = int(batch.attention_mask.sum())
-    print(f"model {params / 1e6:.1f}M params on {device}, {args.threads} thread(s); batch "
-          f"{args.batch} x <= {args.seq_len} tokens ({tokens} tokens, "
-          f"{int(batch.response_mask.sum())} trained), micro-batch {cfg.micro_batch_size}, "
-          f"median of {args.repeats}")  # fmt: skip
+    print(
+        f"model {params / 1e6:.1f}M params on {device}, {args.threads} thread(s); batch "
+        f"{args.batch} x <= {args.seq_len} tokens ({tokens} tokens, "
+        f"{int(batch.response_mask.sum())} trained), micro-batch {cfg.micro_batch_size}, "
+        f"median of {args.repeats}"
+    )
     bare = "bare fwd+bwd"
     for name in steps:
-        print(f"  {name:<34} cpu {cpu[name]:7.3f} s  ratio {cpu[name] / cpu[bare]:.3f}   "
-              f"wall {wall[name]:7.3f} s  ratio {wall[name] / wall[bare]:.3f}")  # fmt: skip
+        print(
+            f"  {name:<34} cpu {cpu[name]:7.3f} s  ratio {cpu[name] / cpu[bare]:.3f}   "
+            f"wall {wall[name]:7.3f} s  ratio {wall[name] / wall[bare]:.3f}"
+        )
     print(f"RESULT grpo_step_ratio {cpu['grpo, KL off'] / cpu[bare]:.3f}")
 
 

@@ -42,6 +42,11 @@ def register(
     games = f"{samples.path}/games.jsonl"  # a rollout folder; verl-train's data folder has none
     artifacts = [games if os.path.exists(games) else samples.path, evaluation.path]
     return steps.register(
-        PipelineConfig.model_validate_json(config), parent_run_id, run_name, iteration,
-        model.path, metrics, artifacts,
-    ).version  # fmt: skip
+        PipelineConfig.model_validate_json(config),
+        parent_run_id,
+        run_name,
+        iteration,
+        model.path,
+        metrics,
+        artifacts,
+    ).version

@@ -65,8 +65,15 @@ def train_verl(
 
     cfg = PipelineConfig.model_validate_json(config)
     stats = steps.train_verl(
-        cfg, model.path, f"{inits.path}/train.parquet", f"{inits.path}/val.parquet", iteration,
-        games, trained.path, data.path, run_name=run_name,
-    )  # fmt: skip
+        cfg,
+        model.path,
+        f"{inits.path}/train.parquet",
+        f"{inits.path}/val.parquet",
+        iteration,
+        games,
+        trained.path,
+        data.path,
+        run_name=run_name,
+    )
     for name, value in stats.items():
         metrics.log_metric(name, value)

@@ -52,9 +52,14 @@ def campaign(client, cfg: PipelineConfig, experiment: str, total: int, block: in
         model = cfg.model if not runs else f"models:/{cfg.registered_model}@champion"
         size = min(block, cfg.first_iteration + total - first)
         part = cfg.model_copy(
-            update={"model": model, "first_iteration": first, "iterations": size,
-                    "run_name": run_name, "warm_start": cfg.warm_start if not runs else None}
-        )  # fmt: skip
+            update={
+                "model": model,
+                "first_iteration": first,
+                "iterations": size,
+                "run_name": run_name,
+                "warm_start": cfg.warm_start if not runs else None,
+            }
+        )
         run = submit(client, part, experiment)
         runs.append(run)
         done = client.wait_for_run_completion(run.run_id, timeout)

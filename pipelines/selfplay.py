@@ -96,36 +96,69 @@ def build_pipeline(cfg: PipelineConfig):
             for i in range(cfg.first_iteration, cfg.first_iteration + cfg.iterations):
                 if cfg.train_backend == "verl":  # one GPU task plays and trains (route 1)
                     tr = task(
-                        c.verl_train, f"verl-train-{i}", cfg.verl.n_gpus_per_node,
-                        config=config, model=model, inits=inits, iteration=i,
-                        games=games_per_iteration, run_name=run_name,
-                    )  # fmt: skip
+                        c.verl_train,
+                        f"verl-train-{i}",
+                        cfg.verl.n_gpus_per_node,
+                        config=config,
+                        model=model,
+                        inits=inits,
+                        iteration=i,
+                        games=games_per_iteration,
+                        run_name=run_name,
+                    )
                     samples, rollout_metrics = tr.outputs["data"], tr.outputs["metrics"]
                 else:
                     ro = task(
-                        c.rollout, f"rollout-{i}", k8s.rollout_gpus, config=config,
-                        model=model, inits=inits, iteration=i, games=games_per_iteration,
-                        run_name=run_name, **schedule,
-                    )  # fmt: skip
+                        c.rollout,
+                        f"rollout-{i}",
+                        k8s.rollout_gpus,
+                        config=config,
+                        model=model,
+                        inits=inits,
+                        iteration=i,
+                        games=games_per_iteration,
+                        run_name=run_name,
+                        **schedule,
+                    )
                     schedule = {"previous_schedule": ro.outputs["schedule"]}  # carried on
                     if past and i - past[0] - 1 in registers:
                         ro.after(registers[i - past[0] - 1])
                     tr = task(
-                        c.train, f"train-{i}", k8s.train_gpus, config=config, model=model,
-                        reference=reference, samples=ro.outputs["samples"], group_key=group_key,
-                    )  # fmt: skip
+                        c.train,
+                        f"train-{i}",
+                        k8s.train_gpus,
+                        config=config,
+                        model=model,
+                        reference=reference,
+                        samples=ro.outputs["samples"],
+                        group_key=group_key,
+                    )
                     samples, rollout_metrics = ro.outputs["samples"], ro.outputs["metrics"]
                 ev = task(
-                    c.evaluate, f"evaluate-{i}", k8s.eval_gpus, config=config,
-                    model=tr.outputs["trained"], previous=model, inits=inits, iteration=i,
+                    c.evaluate,
+                    f"evaluate-{i}",
+                    k8s.eval_gpus,
+                    config=config,
+                    model=tr.outputs["trained"],
+                    previous=model,
+                    inits=inits,
+                    iteration=i,
                     run_name=run_name,
-                )  # fmt: skip
+                )
                 rg = task(
-                    c.register, f"register-{i}", config=config, model=tr.outputs["trained"],
-                    iteration=i, run_name=run_name, parent_run_id=parent, samples=samples,
-                    evaluation=ev.outputs["evaluation"], rollout_metrics=rollout_metrics,
-                    train_metrics=tr.outputs["metrics"], eval_metrics=ev.outputs["metrics"],
-                )  # fmt: skip
+                    c.register,
+                    f"register-{i}",
+                    config=config,
+                    model=tr.outputs["trained"],
+                    iteration=i,
+                    run_name=run_name,
+                    parent_run_id=parent,
+                    samples=samples,
+                    evaluation=ev.outputs["evaluation"],
+                    rollout_metrics=rollout_metrics,
+                    train_metrics=tr.outputs["metrics"],
+                    eval_metrics=ev.outputs["metrics"],
+                )
                 if i - 1 in registers:
                     rg.after(registers[i - 1])  # champion decisions in iteration order
                 model, registers[i] = tr.outputs["trained"], rg

@@ -34,14 +34,16 @@ def country_metrics(
                 continue
             stats = out["power_stats"][country]
             written = stats["orders"] + stats["invalid_orders"]
-            rows[country].append({
-                "reward": ep["rewards"][seat],
-                "centers": out["centers"][country],
-                "solo": out["solo"] == country,
-                "eliminated": country in out["eliminated"],
-                "invalid_rate": stats["invalid_orders"] / written if written else 0.0,
-                "moves": out["moves"],
-            })  # fmt: skip
+            rows[country].append(
+                {
+                    "reward": ep["rewards"][seat],
+                    "centers": out["centers"][country],
+                    "solo": out["solo"] == country,
+                    "eliminated": country in out["eliminated"],
+                    "invalid_rate": stats["invalid_orders"] / written if written else 0.0,
+                    "moves": out["moves"],
+                }
+            )
     metrics = {}
     for country, seats in sorted(rows.items()):
         col = {k: np.array([r[k] for r in seats], dtype=float) for k in seats[0]}

@@ -87,10 +87,16 @@ class DifficultySchedule:
                 self.levels[country] = new
                 self.recent[country] = []
                 changes[country] = change
-            self.history.append({
-                "iteration": iteration, "country": country, "mean_reward": mean,
-                "level": new, "opponent": self.cfg.pool[new], "change": change,
-            })  # fmt: skip
+            self.history.append(
+                {
+                    "iteration": iteration,
+                    "country": country,
+                    "mean_reward": mean,
+                    "level": new,
+                    "opponent": self.cfg.pool[new],
+                    "change": change,
+                }
+            )
         return changes
 
     def metrics(self) -> dict[str, float]:

@@ -118,10 +118,14 @@ def evaluate(
                 seats = [other_name] * _num_seats(cfg)
                 seats[focal] = "policy"
             rcfg = RolloutConfig(
-                game=cfg.game, game_params=cfg.game_params, games_per_init=1, seats=seats,
-                sampling=cfg.sampling, max_batch_size=cfg.max_batch_size,
+                game=cfg.game,
+                game_params=cfg.game_params,
+                games_per_init=1,
+                seats=seats,
+                sampling=cfg.sampling,
+                max_batch_size=cfg.max_batch_size,
                 max_context_tokens=cfg.max_context_tokens,
-            )  # fmt: skip
+            )
             eps = play(inits, policies, rcfg, progress=progress).episodes
             mode_eps += eps
             for seat in range(len(eps[0].roles)) if focal is None else [focal]:
@@ -171,9 +175,18 @@ def write_eval(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
-    samples = {mode: [{"game_id": e.game_id, "seats": e.seat_policies, "rewards": e.rewards,
-                       "transcript": e.transcript} for e in eps[:3]]
-               for mode, eps in episodes.items()}  # fmt: skip
+    samples = {
+        mode: [
+            {
+                "game_id": e.game_id,
+                "seats": e.seat_policies,
+                "rewards": e.rewards,
+                "transcript": e.transcript,
+            }
+            for e in eps[:3]
+        ]
+        for mode, eps in episodes.items()
+    }
     (out / "transcripts.json").write_text(json.dumps(samples, indent=1))
     paths = {
         "metrics": out / "metrics.json",
@@ -188,9 +201,13 @@ def write_eval(
 
 
 def load_and_evaluate(
-    model: str, inits_path: str | Path, cfg: EvalConfig, previous_model: str | None = None,
-    device: str = "auto", progress: bool = True,
-) -> tuple[dict[str, float], dict[str, list[Episode]]]:  # fmt: skip
+    model: str,
+    inits_path: str | Path,
+    cfg: EvalConfig,
+    previous_model: str | None = None,
+    device: str = "auto",
+    progress: bool = True,
+) -> tuple[dict[str, float], dict[str, list[Episode]]]:
     """`evaluate` with checkpoints given as paths (or hub names)."""
     from sparring.generation.hf import HFBackend
 

@@ -48,13 +48,21 @@ def vs_bots(
     `cfg.opponent`) on every val state; return the metrics of the module docstring and the
     episodes."""
     bots = list(dict.fromkeys(bots or (*BOTS, cfg.opponent)))
-    games = [(bot, seat, init_id, state) for bot in bots for seat in range(len(ROLES))
-             for init_id, state in inits]  # fmt: skip
+    games = [
+        (bot, seat, init_id, state)
+        for bot in bots
+        for seat in range(len(ROLES))
+        for init_id, state in inits
+    ]
     plan = [[bot if s != seat else "policy" for s in range(len(ROLES))] for bot, seat, *_ in games]
     rcfg = RolloutConfig(
-        game="diplomacy", game_params=cfg.game_params, games_per_init=1, sampling=cfg.sampling,
-        max_batch_size=cfg.max_batch_size, max_context_tokens=cfg.max_context_tokens,
-    )  # fmt: skip
+        game="diplomacy",
+        game_params=cfg.game_params,
+        games_per_init=1,
+        sampling=cfg.sampling,
+        max_batch_size=cfg.max_batch_size,
+        max_context_tokens=cfg.max_context_tokens,
+    )
     policies = {"policy": policy, **{bot: make_agent(bot) for bot in bots}}
     # distinct ids per game: the backend keys its KV cache by game id and seat
     runs = [(f"{init_id}/{bot}/{ROLES[seat]}", state) for bot, seat, init_id, state in games]
@@ -92,8 +100,10 @@ def write_country_report(metrics: dict[str, float], out_dir: str | Path) -> dict
     invalid-order rate) and country_heatmap.png (country x bot, mean reward)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    grids = {m: country_grid(metrics, m) for m in
-             ("reward_mean", "reward_std", "centers", "survival_rate", "invalid_rate")}  # fmt: skip
+    grids = {
+        m: country_grid(metrics, m)
+        for m in ("reward_mean", "reward_std", "centers", "survival_rate", "invalid_rate")
+    }
     bots = list(grids["reward_mean"])
     lines = ["| country | " + " | ".join(bots) + " |", "|---" * (len(bots) + 1) + "|"]
     for country in ROLES:
@@ -105,8 +115,10 @@ def write_country_report(metrics: dict[str, float], out_dir: str | Path) -> dict
         ]
         lines.append(f"| {country} | " + " | ".join(cells) + " |")
     table = out / "country_table.md"
-    table.write_text("Policy reward vs each bot: mean ± std (centers, survival, invalid "
-                     "rate)\n\n" + "\n".join(lines) + "\n")  # fmt: skip
+    table.write_text(
+        "Policy reward vs each bot: mean ± std (centers, survival, invalid "
+        "rate)\n\n" + "\n".join(lines) + "\n"
+    )
     return {"country_table": table, "country_heatmap": plot_heatmap(grids["reward_mean"], out)}
 
 

@@ -48,15 +48,17 @@ def generate_inits(cfg: GameInitConfig, progress: bool = True) -> pd.DataFrame:
     todo = [("train", i) for i in range(cfg.num_train)] + [("val", i) for i in range(cfg.num_val)]
     for split, i in tqdm(todo, desc="game-init", unit="state", disable=not progress):
         seed = state_seed(cfg.seed, split, i)
-        rows.append({
-            "init_id": f"{split}-{i:06d}",
-            "split": split,
-            "index": i,
-            "seed": seed,
-            "game": cfg.game,
-            "params": json.dumps(cfg.game_params, sort_keys=True),
-            "state": json.dumps(game.generate_state(seed)),
-        })  # fmt: skip
+        rows.append(
+            {
+                "init_id": f"{split}-{i:06d}",
+                "split": split,
+                "index": i,
+                "seed": seed,
+                "game": cfg.game,
+                "params": json.dumps(cfg.game_params, sort_keys=True),
+                "state": json.dumps(game.generate_state(seed)),
+            }
+        )
     return pd.DataFrame(rows)
 
 

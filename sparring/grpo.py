@@ -61,18 +61,22 @@ def grpo_advantages(
             f"unknown singleton policy {singleton!r}; choose from {SINGLETON_POLICIES}"
         )
     advantages, _ = core_algos.compute_grpo_outcome_advantage(
-        token_level_rewards=token_rewards, response_mask=response_mask, index=index,
+        token_level_rewards=token_rewards,
+        response_mask=response_mask,
+        index=index,
         norm_adv_by_std_in_grpo=norm_by_std,
-    )  # (B, T)  # fmt: skip
+    )  # (B, T)
     labels, inverse, counts = np.unique(index.astype(str), return_inverse=True, return_counts=True)
     lonely = torch.from_numpy(counts[inverse] == 1)  # (B,)
     if not lonely.any():
         return advantages
     if singleton == "batch" and len(index) > 1:
         whole, _ = core_algos.compute_grpo_outcome_advantage(
-            token_level_rewards=token_rewards, response_mask=response_mask,
-            index=np.full(len(index), "batch", dtype=object), norm_adv_by_std_in_grpo=norm_by_std,
-        )  # (B, T)  # fmt: skip
+            token_level_rewards=token_rewards,
+            response_mask=response_mask,
+            index=np.full(len(index), "batch", dtype=object),
+            norm_adv_by_std_in_grpo=norm_by_std,
+        )  # (B, T)
         advantages[lonely] = whole[lonely]
     else:
         advantages[lonely] = 0.0
@@ -82,10 +86,14 @@ def grpo_advantages(
 def actor_config(clip_ratio: float, clip_ratio_high: float | None, loss_agg_mode: str):
     """verl's `ActorConfig` holding what its policy loss reads (clip range, aggregation)."""
     return ActorConfig(
-        strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1, clip_ratio=clip_ratio,
-        clip_ratio_low=clip_ratio, clip_ratio_high=clip_ratio_high or clip_ratio,
+        strategy="fsdp",
+        rollout_n=1,
+        ppo_micro_batch_size_per_gpu=1,
+        clip_ratio=clip_ratio,
+        clip_ratio_low=clip_ratio,
+        clip_ratio_high=clip_ratio_high or clip_ratio,
         loss_agg_mode=loss_agg_mode,
-    )  # fmt: skip
+    )
 
 
 def set_global_batch(config: ActorConfig, response_mask: torch.Tensor) -> None:
@@ -104,8 +112,9 @@ def aggregate(
     config: ActorConfig,
 ) -> torch.Tensor:
     """verl's `agg_loss` of a per-token loss, normalised by the mini-batch (`set_global_batch`)."""
-    return core_algos.agg_loss(loss_mat, response_mask, config.loss_agg_mode,
-                               **config.global_batch_info)  # fmt: skip
+    return core_algos.agg_loss(
+        loss_mat, response_mask, config.loss_agg_mode, **config.global_batch_info
+    )
 
 
 def policy_loss(
@@ -118,9 +127,13 @@ def policy_loss(
     """verl's clipped PPO loss ("vanilla" `compute_policy_loss`): (loss, clip/KL diagnostics)."""
     loss_fn = core_algos.get_policy_loss_fn("vanilla")
     loss, metrics = loss_fn(
-        old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages,
-        response_mask=response_mask, loss_agg_mode=config.loss_agg_mode, config=config,
-    )  # fmt: skip
+        old_log_prob=old_log_prob,
+        log_prob=log_prob,
+        advantages=advantages,
+        response_mask=response_mask,
+        loss_agg_mode=config.loss_agg_mode,
+        config=config,
+    )
     return loss, {k.removeprefix("actor/"): v for k, v in metrics.items()}
 
 

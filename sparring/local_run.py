@@ -99,10 +99,12 @@ def local_services(
 
     update: dict[str, Any] = {}
     if not (cfg.tracking.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")):
-        tracking = cfg.tracking.model_copy(update={
-            "tracking_uri": f"sqlite:///{workdir / 'mlflow.db'}",
-            "artifact_location": (workdir / "mlartifacts").as_uri(),
-        })  # fmt: skip
+        tracking = cfg.tracking.model_copy(
+            update={
+                "tracking_uri": f"sqlite:///{workdir / 'mlflow.db'}",
+                "artifact_location": (workdir / "mlartifacts").as_uri(),
+            }
+        )
         update["tracking"] = tracking
     endpoint = (
         cfg.storage.endpoint_url
@@ -158,10 +160,17 @@ def run_local(cfg: PipelineConfig, workdir: str | Path = "runs", verbose: bool =
         rows = steps.summary_rows(cfg, parent.info.run_id, client)
         job_dir = max((workdir / "kfp").iterdir(), key=lambda p: p.stat().st_mtime)
         return LocalRun(
-            run_name, parent.info.run_id, rows, champion(cfg.registered_model, client),
-            cfg.tracking.resolved_uri(), f"{cfg.storage.root.rstrip('/')}/{run_name}", s3_dir,
-            log_path, time.perf_counter() - t0, compute_seconds(job_dir),
-        )  # fmt: skip
+            run_name,
+            parent.info.run_id,
+            rows,
+            champion(cfg.registered_model, client),
+            cfg.tracking.resolved_uri(),
+            f"{cfg.storage.root.rstrip('/')}/{run_name}",
+            s3_dir,
+            log_path,
+            time.perf_counter() - t0,
+            compute_seconds(job_dir),
+        )
 
 
 def compute_seconds(job_dir: Path) -> dict[str, float]:

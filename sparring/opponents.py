@@ -64,15 +64,29 @@ def plan_seats(
     for i in range(num_inits):
         if i in selfplay:
             plan.append([learner] * len(roles))
-            rows.append({"init_index": i, "mode": "selfplay", "learner_country": None,
-                         "level": None, "opponent": learner})  # fmt: skip
+            rows.append(
+                {
+                    "init_index": i,
+                    "mode": "selfplay",
+                    "learner_country": None,
+                    "level": None,
+                    "opponent": learner,
+                }
+            )
             continue
         seat = (start + mixed) % len(roles)
         mixed += 1
         country, opponent = roles[seat], schedule.opponent(roles[seat])
         plan.append([learner if s == seat else opponent for s in range(len(roles))])
-        rows.append({"init_index": i, "mode": "vs_pool", "learner_country": country,
-                     "level": schedule.level(country), "opponent": opponent})  # fmt: skip
+        rows.append(
+            {
+                "init_index": i,
+                "mode": "vs_pool",
+                "learner_country": country,
+                "level": schedule.level(country),
+                "opponent": opponent,
+            }
+        )
     return plan, rows
 
 

@@ -103,14 +103,24 @@ def _finish(
         game.group_keys(s) if hasattr(game, "group_keys") else {} for s in range(game.num_seats)
     ]
     return Episode(
-        game_id=game_id, init_id=init_id, game_name=game.name, seed=int(state.get("seed", -1)),
-        roles=list(game.roles), seat_policies=list(seats), state=state, rewards=list(game.rewards),
-        num_turns=game.num_turns, invalid_actions=list(stats.invalid_actions),
-        forfeits=list(stats.forfeits), words=list(stats.words),
+        game_id=game_id,
+        init_id=init_id,
+        game_name=game.name,
+        seed=int(state.get("seed", -1)),
+        roles=list(game.roles),
+        seat_policies=list(seats),
+        state=state,
+        rewards=list(game.rewards),
+        num_turns=game.num_turns,
+        invalid_actions=list(stats.invalid_actions),
+        forfeits=list(stats.forfeits),
+        words=list(stats.words),
         transcript=[asdict(t) for t in game.transcript],
-        messages=[game.messages(s) for s in range(game.num_seats)], outcome=game.outcome(),
-        group_keys=keys, truncated=truncated,
-    )  # fmt: skip
+        messages=[game.messages(s) for s in range(game.num_seats)],
+        outcome=game.outcome(),
+        group_keys=keys,
+        truncated=truncated,
+    )
 
 
 def play(
@@ -215,10 +225,15 @@ def _scripted_turn(agent: Agent, game: Game, seat: int, trace: TokenTrace | None
 
 
 def _model_turns(
-    backend: GenerationBackend, todo: list[tuple[int, int]], games: list[Game], meta: list[tuple],
-    traces: list[list[TokenTrace | None]], truncated: list[bool], max_context: int,
+    backend: GenerationBackend,
+    todo: list[tuple[int, int]],
+    games: list[Game],
+    meta: list[tuple],
+    traces: list[list[TokenTrace | None]],
+    truncated: list[bool],
+    max_context: int,
     sampling: SamplingParams,
-) -> int:  # fmt: skip
+) -> int:
     """Answer all of one model's pending turns with a single batched generate call."""
     prompts, live = [], []
     for gi, seat in todo:
@@ -303,9 +318,13 @@ def rollout_stats(result: RolloutResult) -> dict[str, float]:
 
 
 def build_policies(
-    model: str | None, seats: list[str] | None, device: str = "auto", max_batch_size: int = 64,
-    extra_models: dict[str, str] | None = None, backend: BackendConfig | None = None,
-) -> dict[str, Policy]:  # fmt: skip
+    model: str | None,
+    seats: list[str] | None,
+    device: str = "auto",
+    max_batch_size: int = 64,
+    extra_models: dict[str, str] | None = None,
+    backend: BackendConfig | None = None,
+) -> dict[str, Policy]:
     """Policies for a rollout: `policy` = the model on `backend` (default hf); any other seat
     name is a scripted agent registered in sparring.agents, or a key of `extra_models`
     (name -> checkpoint path, always on hf: opponents from the pool are small side batches).

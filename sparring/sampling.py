@@ -30,8 +30,9 @@ def country_balanced_batches(
             "play more games"
         )
     rng = np.random.default_rng(seed)
-    shuffled = {c: rng.permutation(np.flatnonzero(df[key].to_numpy() == c))
-                for c in sorted(counts.index)}  # fmt: skip
+    shuffled = {
+        c: rng.permutation(np.flatnonzero(df[key].to_numpy() == c)) for c in sorted(counts.index)
+    }
     batches = []
     for i in range(int(counts.min()) // k):
         rows = np.concatenate([idx[i * k : (i + 1) * k] for idx in shuffled.values()])

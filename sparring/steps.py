@@ -170,10 +170,13 @@ def rollout(
     with tempfile.TemporaryDirectory(prefix="sparring-past-") as tmp:
         past = _past_models(cfg, run_name, iteration, model_dir, seats, tmp) if mix else {}
         policies = build_policies(
-            model_dir, seats, cfg.device, rcfg.max_batch_size,
+            model_dir,
+            seats,
+            cfg.device,
+            rcfg.max_batch_size,
             extra_models={name: local for name, (_, local) in past.items()},
             backend=rcfg.backend,
-        )  # fmt: skip
+        )
         result = play(chosen, policies, rcfg, progress=False, seat_plan=mix.plan if mix else None)
     paths = write_outputs(result, out_dir)
     stats = json.loads(paths["stats"].read_text())
@@ -211,9 +214,12 @@ def _schedule_state(
 
 
 def _opponent_mix(
-    cfg: PipelineConfig, num_inits: int, iteration: int, run_name: str,
+    cfg: PipelineConfig,
+    num_inits: int,
+    iteration: int,
+    run_name: str,
     previous: str | Path | None,
-) -> OpponentMix:  # fmt: skip
+) -> OpponentMix:
     """Seat `num_inits` states by the schedule the last rollout left (or a new one)."""
     from sparring.curriculum import DifficultySchedule
     from sparring.games import make_game
@@ -228,9 +234,13 @@ def _opponent_mix(
 
 
 def _past_models(
-    cfg: PipelineConfig, run_name: str, iteration: int, model_dir: str, names: list[str],
+    cfg: PipelineConfig,
+    run_name: str,
+    iteration: int,
+    model_dir: str,
+    names: list[str],
     tmp: str | Path,
-) -> dict[str, tuple[str, str]]:  # fmt: skip
+) -> dict[str, tuple[str, str]]:
     """The `past-<k>` among `names`, each -> (stored URI, local folder) of its checkpoint.
 
     Rollout i's `past-<k>` is the policy that played rollout i-k: the checkpoint iteration
@@ -260,9 +270,13 @@ def _past_models(
 
 
 def _save_schedule(
-    mix: OpponentMix, inits: list[tuple[str, dict[str, Any]]], iteration: int,
-    episodes: list[Any], out_dir: str | Path, models: dict[str, str],
-) -> dict[str, float]:  # fmt: skip
+    mix: OpponentMix,
+    inits: list[tuple[str, dict[str, Any]]],
+    iteration: int,
+    episodes: list[Any],
+    out_dir: str | Path,
+    models: dict[str, str],
+) -> dict[str, float]:
     """Update the schedule with the learner's rewards; write `schedule.json` (its state and
     history) and `seat_plan.jsonl` (one row per initial state, with its `init_id` and
     `opponent_model`: the stored checkpoint a `past-<k>` opponent resolved to (`models`),
@@ -308,9 +322,16 @@ class VerlLaunchError(RuntimeError):
 
 
 def verl_launch(
-    cfg: PipelineConfig, model_dir: str, train_inits: str, val_inits: str, iteration: int,
-    games: int, work_dir: str | Path, scratch_dir: str | Path, python: str = sys.executable,
-) -> list[str]:  # fmt: skip
+    cfg: PipelineConfig,
+    model_dir: str,
+    train_inits: str,
+    val_inits: str,
+    iteration: int,
+    games: int,
+    work_dir: str | Path,
+    scratch_dir: str | Path,
+    python: str = sys.executable,
+) -> list[str]:
     """Write what verl reads into `work_dir` and return the `python -m verl.trainer.main_ppo`
     argv: data/train.parquet (the iteration's train states x seats, rotating like `rollout`),
     data/val.parquet (every val state x seat) and agent_loops.yaml. verl writes its FSDP
@@ -328,24 +349,37 @@ def verl_launch(
         )
     inits = load_inits(train_inits)
     chosen = [inits[(iteration * n + j) % len(inits)] for j in range(n)]
-    train = write_rows(selfplay_rows(chosen, cfg.game, cfg.game_params, v.group_key),
-                       work / "data" / "train.parquet")  # fmt: skip
-    val = write_rows(selfplay_rows(load_inits(val_inits), cfg.game, cfg.game_params, v.group_key),
-                     work / "data" / "val.parquet")  # fmt: skip
+    train = write_rows(
+        selfplay_rows(chosen, cfg.game, cfg.game_params, v.group_key),
+        work / "data" / "train.parquet",
+    )
+    val = write_rows(
+        selfplay_rows(load_inits(val_inits), cfg.game, cfg.game_params, v.group_key),
+        work / "data" / "val.parquet",
+    )
     loops = write_agent_loop_config(work / "agent_loops.yaml", v)
     return verl_command(v, model_dir, str(train), str(val), str(scratch_dir), str(loops), python)
 
 
-def _run_logged(cmd: list[str], log_path: Path, what: str, cwd: Path, env: dict[str, str],
-                tail: int = 40) -> None:  # fmt: skip
+def _run_logged(
+    cmd: list[str], log_path: Path, what: str, cwd: Path, env: dict[str, str], tail: int = 40
+) -> None:
     """Run `cmd`, streaming its output to stdout (the task log) and `log_path`; on a non-zero
     exit raise VerlLaunchError with the last `tail` lines."""
     last: deque[str] = deque(maxlen=tail)
     log(f"{what}: {' '.join(cmd[:3])} ... (log: {log_path})")
-    with open(log_path, "w") as f, subprocess.Popen(
-        cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        errors="replace",
-    ) as proc:  # fmt: skip
+    with (
+        open(log_path, "w") as f,
+        subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        ) as proc,
+    ):
         for line in proc.stdout:
             sys.stdout.write(line)
             f.write(line)
@@ -358,10 +392,17 @@ def _run_logged(cmd: list[str], log_path: Path, what: str, cwd: Path, env: dict[
 
 
 def train_verl(
-    cfg: PipelineConfig, model_dir: str, train_inits: str, val_inits: str, iteration: int,
-    games: int, out_dir: str | Path, work_dir: str | Path, run_name: str | None = None,
+    cfg: PipelineConfig,
+    model_dir: str,
+    train_inits: str,
+    val_inits: str,
+    iteration: int,
+    games: int,
+    out_dir: str | Path,
+    work_dir: str | Path,
+    run_name: str | None = None,
     python: str = sys.executable,
-) -> dict[str, float]:  # fmt: skip
+) -> dict[str, float]:
     """One iteration on verl (train_backend: verl): build the dataset rows and the agent-loop
     config (`verl_launch`), run verl's main_ppo in a subprocess, merge the latest FSDP actor
     checkpoint into a HF checkpoint at `out_dir` (verl.model_merger), and return verl's last
@@ -380,8 +421,9 @@ def train_verl(
     metrics_file = work / "metrics.jsonl"
     env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(metrics_file), "HYDRA_FULL_ERROR": "1"}
     with tempfile.TemporaryDirectory(prefix="sparring-verl-") as scratch:
-        cmd = verl_launch(cfg, model_dir, train_inits, val_inits, iteration, games, work,
-                          scratch, python)  # fmt: skip
+        cmd = verl_launch(
+            cfg, model_dir, train_inits, val_inits, iteration, games, work, scratch, python
+        )
         t0 = time.perf_counter()
         _run_logged(cmd, work / "verl.log", "verl.trainer.main_ppo", work, env)
         seconds = time.perf_counter() - t0
@@ -513,9 +555,15 @@ def register(
             f"champion_metric {cfg.champion_metric!r} not in eval metrics {sorted(evals)}"
         )
     reg = register_checkpoint(
-        cfg.registered_model, uri, run.iteration_run(iteration), iteration, evals,
-        evals[cfg.champion_metric], client=run.client, storage_config=cfg.storage.client_config(),
-    )  # fmt: skip
+        cfg.registered_model,
+        uri,
+        run.iteration_run(iteration),
+        iteration,
+        evals,
+        evals[cfg.champion_metric],
+        client=run.client,
+        storage_config=cfg.storage.client_config(),
+    )
     run.finish()  # ends the child run; the parent stays open until `finish`
     log(
         f"iteration {iteration}: registered {cfg.registered_model} v{reg.version} "
@@ -580,11 +628,13 @@ def summary_rows(cfg: PipelineConfig, parent_run_id: str, client: Any) -> list[d
     rows = []
     for child in children:
         m, version = child.data.metrics, versions.get(child.info.run_id)
-        rows.append({
-            "iteration": int(child.data.tags[ITERATION_TAG]),
-            "rollout": m.get("rollout/normalized_reward", float("nan")),
-            "score": m.get(cfg.champion_metric, float("nan")),
-            "version": version.version if version else "-",
-            "checkpoint": version.source if version else "-",
-        })  # fmt: skip
+        rows.append(
+            {
+                "iteration": int(child.data.tags[ITERATION_TAG]),
+                "rollout": m.get("rollout/normalized_reward", float("nan")),
+                "score": m.get(cfg.champion_metric, float("nan")),
+                "version": version.version if version else "-",
+                "checkpoint": version.source if version else "-",
+            }
+        )
     return sorted(rows, key=lambda r: r["iteration"])

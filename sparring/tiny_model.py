@@ -65,9 +65,12 @@ def game_corpus(seed: int, n_games: int = 200) -> list[str]:
             f"[message] {r} on {p} is {v}. What do you see?",
             f"[message] I see {r} {p} {v}, {rng.choice(REVIEWERS)} {rng.choice(PAPERS)} ?",
             f"[propose]\n{pairs}",
-            "[accept]", "[reject]", "You move first.", "Partner: [reject]",
+            "[accept]",
+            "[reject]",
+            "You move first.",
+            "Partner: [reject]",
             "Error: no action tag; use [message], [propose], [accept] or [reject]. Try again.",
-        ]  # fmt: skip
+        ]
     return lines + diplomacy_corpus(seed)
 
 

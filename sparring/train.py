@@ -112,12 +112,20 @@ class Batch:
     def select(self, rows: list[int]) -> Batch:
         """Rows `rows`, trimmed to their longest sequence."""
         t = int(self.attention_mask[rows].sum(1).max())
-        return Batch(self.input_ids[rows, :t], self.attention_mask[rows, :t],
-                     self.response_mask[rows, : t - 1], self.token_rewards[rows, : t - 1])  # fmt: skip
+        return Batch(
+            self.input_ids[rows, :t],
+            self.attention_mask[rows, :t],
+            self.response_mask[rows, : t - 1],
+            self.token_rewards[rows, : t - 1],
+        )
 
     def to(self, device: torch.device) -> Batch:
-        return Batch(self.input_ids.to(device), self.attention_mask.to(device),
-                     self.response_mask.to(device), self.token_rewards.to(device))  # fmt: skip
+        return Batch(
+            self.input_ids.to(device),
+            self.attention_mask.to(device),
+            self.response_mask.to(device),
+            self.token_rewards.to(device),
+        )
 
 
 def load_samples(paths: list[str | Path], policy: str | None) -> pd.DataFrame:
@@ -205,8 +213,15 @@ def schedule(n: int, cfg: TrainConfig) -> list[list[int]]:
 MicroLoss = Callable[..., tuple[torch.Tensor, dict[str, float | torch.Tensor]]]
 
 
-def optimize(model, batch: Batch, plan: list[list[int]], cfg: TrainConfig, device: torch.device,
-             micro_loss: MicroLoss, desc: str) -> dict[str, float]:  # fmt: skip
+def optimize(
+    model,
+    batch: Batch,
+    plan: list[list[int]],
+    cfg: TrainConfig,
+    device: torch.device,
+    micro_loss: MicroLoss,
+    desc: str,
+) -> dict[str, float]:
     """AdamW steps over the mini-batches in `plan`, accumulating grads over micro-batches.
 
     `micro_loss(model, micro_batch, rows, actor_cfg)` returns (loss, diagnostics). Losses are
@@ -297,8 +312,13 @@ def advantages_for(df: pd.DataFrame, batch: Batch, cfg: TrainConfig):
     advantages = torch.zeros_like(batch.response_mask)  # (B, T-1), set by the chosen key
     others = [k for k in STANDARD_KEYS if k != cfg.group_key and (k == "batch" or k in df)]
     for key, index in [(cfg.group_key, chosen)] + [(k, grpo.group_index(df, k)) for k in others]:
-        adv = grpo.grpo_advantages(batch.token_rewards, batch.response_mask, index,
-                                   cfg.norm_adv_by_std, cfg.singleton_groups)  # (B, T-1)  # fmt: skip
+        adv = grpo.grpo_advantages(
+            batch.token_rewards,
+            batch.response_mask,
+            index,
+            cfg.norm_adv_by_std,
+            cfg.singleton_groups,
+        )  # (B, T-1)
         seq_adv = ((adv * batch.response_mask).sum(1) / n_tokens).numpy()  # (B,)
         metrics |= grpo.advantage_stats(scores, index, seq_adv, key)
         advantages = adv if key == cfg.group_key else advantages

@@ -13,8 +13,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_bench(script: str, *args: str) -> str:
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], capture_output=True,
-                         text=True, timeout=600, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    ).stdout
     return out.strip().splitlines()[-1]
 
 
@@ -28,27 +33,70 @@ def test_rollout_bench(tiny_model_dir):
 
 def test_diplomacy_rollout_bench(tiny_model_dir):
     pytest.importorskip("diplomacy")
-    last = run_bench("diplomacy_rollout.py", "--games", "2", "--horizon", "1", "--no-press",
-                     "--max-new-tokens", "4", "--model", str(tiny_model_dir))  # fmt: skip
+    last = run_bench(
+        "diplomacy_rollout.py",
+        "--games",
+        "2",
+        "--horizon",
+        "1",
+        "--no-press",
+        "--max-new-tokens",
+        "4",
+        "--model",
+        str(tiny_model_dir),
+    )
     name, value = last.split()[1:]
     assert name == "diplomacy_speedup" and float(value) > 0
 
 
 def test_grouping_ablation_bench(tmp_path):
     pytest.importorskip("diplomacy")
-    last = run_bench("grouping_ablation.py", "--iters", "1", "--train", "7", "--val", "1",
-                     "--warm", "1", "--warm-epochs", "1", "--max-new-tokens", "8", "--seeds", "1",
-                     "--eval-samples", "2",
-                     "--out", str(tmp_path))  # fmt: skip
+    last = run_bench(
+        "grouping_ablation.py",
+        "--iters",
+        "1",
+        "--train",
+        "7",
+        "--val",
+        "1",
+        "--warm",
+        "1",
+        "--warm-epochs",
+        "1",
+        "--max-new-tokens",
+        "8",
+        "--seeds",
+        "1",
+        "--eval-samples",
+        "2",
+        "--out",
+        str(tmp_path),
+    )
     name, value = last.split()[1:]
     assert name == "country_vs_init_gain" and abs(float(value)) <= 1
     assert (tmp_path / "grouping_ablation.png").exists()
 
 
 def test_learning_bench(tmp_path):
-    last = run_bench("learning.py", "--iterations", "1", "--train-states", "4", "--games-per-init",
-                     "2", "--val-states", "4", "--sft-states", "8", "--sft-epochs", "1",
-                     "--max-new-tokens", "16", "--out", str(tmp_path))  # fmt: skip
+    last = run_bench(
+        "learning.py",
+        "--iterations",
+        "1",
+        "--train-states",
+        "4",
+        "--games-per-init",
+        "2",
+        "--val-states",
+        "4",
+        "--sft-states",
+        "8",
+        "--sft-epochs",
+        "1",
+        "--max-new-tokens",
+        "16",
+        "--out",
+        str(tmp_path),
+    )
     name, value = last.split()[1:]
     assert name == "learning_gain" and abs(float(value)) <= 1
     curve = json.loads((tmp_path / "learning.json").read_text())["curve"]

@@ -10,9 +10,24 @@ BENCH = Path(__file__).resolve().parents[1] / "bench" / "train.py"
 
 
 def test_train_bench_smoke(tiny_model_dir):
-    out = subprocess.run([sys.executable, str(BENCH), "--model", str(tiny_model_dir), "--batch",
-                          "2", "--seq-len", "48", "--repeats", "1"],
-                         capture_output=True, text=True, timeout=600, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH),
+            "--model",
+            str(tiny_model_dir),
+            "--batch",
+            "2",
+            "--seq-len",
+            "48",
+            "--repeats",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    ).stdout
     lines = out.strip().splitlines()
     assert any("KL on (separate ref model)" in line for line in lines)
     name, value = lines[-1].split()[1:]

@@ -73,12 +73,32 @@ def test_rollout_and_evaluate_commands(tmp_path, tiny_model_dir):
         "--device",
         "cpu",
     ]
-    run("rollout", "--model", str(tiny_model_dir), "--inits", str(tmp_path / "inits/train.parquet"),
-        "--out", str(tmp_path / "ro"), "--games-per-init", "2", *common)  # fmt: skip
+    run(
+        "rollout",
+        "--model",
+        str(tiny_model_dir),
+        "--inits",
+        str(tmp_path / "inits/train.parquet"),
+        "--out",
+        str(tmp_path / "ro"),
+        "--games-per-init",
+        "2",
+        *common,
+    )
     df = pd.read_parquet(tmp_path / "ro/samples.parquet")
     assert len(df) == 8 and (df.groupby("init").size() == 4).all()  # 2 plays x 2 seats
-    run("evaluate", "--model", str(tiny_model_dir), "--inits", str(tmp_path / "inits/val.parquet"),
-        "--out", str(tmp_path / "ev"), "--modes", "selfplay,vs_scripted", *common)  # fmt: skip
+    run(
+        "evaluate",
+        "--model",
+        str(tiny_model_dir),
+        "--inits",
+        str(tmp_path / "inits/val.parquet"),
+        "--out",
+        str(tmp_path / "ev"),
+        "--modes",
+        "selfplay,vs_scripted",
+        *common,
+    )
     metrics = json.loads((tmp_path / "ev/metrics.json").read_text())
     assert "eval/vs_scripted/player_a/normalized_reward" in metrics
     assert (tmp_path / "ev/rewards.png").stat().st_size > 1000
@@ -96,9 +116,21 @@ def test_scripted_rollout_writes_warm_start_samples(tmp_path, tiny_model_dir):
         "--out",
         str(tmp_path / "inits"),
     )
-    run("rollout", "--inits", str(tmp_path / "inits/train.parquet"), "--param", "k=3",
-        "--seats", "matching-scripted,matching-scripted", "--tokenizer", str(tiny_model_dir),
-        "--games-per-init", "1", "--out", str(tmp_path / "ro"))  # fmt: skip
+    run(
+        "rollout",
+        "--inits",
+        str(tmp_path / "inits/train.parquet"),
+        "--param",
+        "k=3",
+        "--seats",
+        "matching-scripted,matching-scripted",
+        "--tokenizer",
+        str(tiny_model_dir),
+        "--games-per-init",
+        "1",
+        "--out",
+        str(tmp_path / "ro"),
+    )
     df = pd.read_parquet(tmp_path / "ro/samples.parquet")
     assert len(df) == 6 and (df.reward > 0).all()
 

@@ -32,8 +32,17 @@ def samples(tiny_model_dir, tmp_path):
 
 
 def test_train_cli_errors_are_one_clear_line(tiny_model_dir, samples, tmp_path):
-    args = ["train", "--config", str(CONFIGS / "train.yaml"), "--model", str(tiny_model_dir),
-            "--samples", samples, "--out", str(tmp_path / "out")]  # fmt: skip
+    args = [
+        "train",
+        "--config",
+        str(CONFIGS / "train.yaml"),
+        "--model",
+        str(tiny_model_dir),
+        "--samples",
+        samples,
+        "--out",
+        str(tmp_path / "out"),
+    ]
     result = CliRunner().invoke(main, [*args, "--group-key", "game"])  # both seats tie per game
     assert result.exit_code == 1 and "Error: all 4 samples have zero advantage" in result.output
     result = CliRunner().invoke(main, [*args, "--micro-batch-size", "64"])
@@ -41,8 +50,21 @@ def test_train_cli_errors_are_one_clear_line(tiny_model_dir, samples, tmp_path):
 
 
 def test_sft_cli_writes_a_checkpoint(tiny_model_dir, samples, tmp_path):
-    result = CliRunner().invoke(main, ["sft", "--config", str(CONFIGS / "sft.yaml"), "--model",
-                                       str(tiny_model_dir), "--samples", samples, "--out",
-                                       str(tmp_path / "sft"), "--epochs", "1"])  # fmt: skip
+    result = CliRunner().invoke(
+        main,
+        [
+            "sft",
+            "--config",
+            str(CONFIGS / "sft.yaml"),
+            "--model",
+            str(tiny_model_dir),
+            "--samples",
+            samples,
+            "--out",
+            str(tmp_path / "sft"),
+            "--epochs",
+            "1",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert (tmp_path / "sft" / "model.safetensors").exists() and "train/loss" in result.output

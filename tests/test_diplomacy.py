@@ -145,8 +145,10 @@ def test_all_powers_prompts_share_the_rules_and_the_board():
     assert len(boards) == 1
     (board,) = boards
     assert board[1].startswith("Centers: AUS 3") and board[2].startswith("Units: AUS A BUD")
-    assert all(f"You are {p}." in chat[1]["content"].splitlines()[3]
-               for p, chat in zip(ROLES, chats, strict=True))  # fmt: skip
+    assert all(
+        f"You are {p}." in chat[1]["content"].splitlines()[3]
+        for p, chat in zip(ROLES, chats, strict=True)
+    )
 
 
 def test_parser_normalizes_common_spellings():
@@ -182,9 +184,29 @@ def test_group_keys():
 
 
 PIECES = st.sampled_from(
-    ["A ", "F ", "PAR", "BUR", "STP/SC", " - ", " S ", " C ", " H", "\n", "VIA", "->", "ALL:",
-     "ENGLAND:", "é", "\x00", "1.", "army", "hold", "  "]
-)  # fmt: skip
+    [
+        "A ",
+        "F ",
+        "PAR",
+        "BUR",
+        "STP/SC",
+        " - ",
+        " S ",
+        " C ",
+        " H",
+        "\n",
+        "VIA",
+        "->",
+        "ALL:",
+        "ENGLAND:",
+        "é",
+        "\x00",
+        "1.",
+        "army",
+        "hold",
+        "  ",
+    ]
+)
 TEXTS = st.one_of(st.text(max_size=200), st.lists(PIECES, max_size=40).map("".join))
 
 
@@ -213,8 +235,7 @@ def test_country_metrics_from_played_episodes():
     from sparring.rollout import RolloutConfig, play
 
     names = ["greedy", "random-legal", "hold", "greedy", "random-legal", "greedy", "hold"]
-    cfg = RolloutConfig(game="diplomacy", game_params={"horizon": 2}, games_per_init=2,
-                        seats=names)  # fmt: skip
+    cfg = RolloutConfig(game="diplomacy", game_params={"horizon": 2}, games_per_init=2, seats=names)
     game = make_game("diplomacy")
     inits = [(f"i{s}", game.generate_state(s)) for s in range(2)]
     result = play(inits, {n: make_agent(n) for n in set(names)}, cfg, progress=False)

@@ -34,9 +34,22 @@ def inits(tmp_path_factory):
 
 
 def test_rollout_command(inits, tmp_path, tiny_model_dir):
-    run("rollout", "--game", "diplomacy", *PARAMS, "--model", str(tiny_model_dir),
-        "--inits", str(inits / "train.parquet"), "--games-per-init", "1",
-        "--max-new-tokens", "8", "--out", str(tmp_path))  # fmt: skip
+    run(
+        "rollout",
+        "--game",
+        "diplomacy",
+        *PARAMS,
+        "--model",
+        str(tiny_model_dir),
+        "--inits",
+        str(inits / "train.parquet"),
+        "--games-per-init",
+        "1",
+        "--max-new-tokens",
+        "8",
+        "--out",
+        str(tmp_path),
+    )
     df = pd.read_parquet(tmp_path / "samples.parquet")
     # one row per (game, power that still had units): 2 games x up to 7 powers
     assert 7 <= len(df) <= 14 and (df.country == df.role).all()
@@ -44,9 +57,22 @@ def test_rollout_command(inits, tmp_path, tiny_model_dir):
 
 
 def test_evaluate_against_every_bot_in_every_country(inits, tmp_path, tiny_model_dir):
-    run("evaluate", "--game", "diplomacy", *PARAMS, "--model", str(tiny_model_dir),
-        "--inits", str(inits / "val.parquet"), "--modes", "selfplay,vs_scripted",
-        "--max-new-tokens", "8", "--out", str(tmp_path))  # fmt: skip
+    run(
+        "evaluate",
+        "--game",
+        "diplomacy",
+        *PARAMS,
+        "--model",
+        str(tiny_model_dir),
+        "--inits",
+        str(inits / "val.parquet"),
+        "--modes",
+        "selfplay,vs_scripted",
+        "--max-new-tokens",
+        "8",
+        "--out",
+        str(tmp_path),
+    )
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     grid = country_grid(metrics)
     assert list(grid) == list(BOTS) and all(set(row) == set(ROLES) for row in grid.values())

@@ -58,9 +58,14 @@ def test_sglang_sampling_request_maps_every_field():
     reqs = sampling_request(params, stop_ids=[0, 2], n=3)
     assert [r["sampling_seed"] for r in reqs] == [11, 12, 13]
     assert reqs[0] == {
-        "temperature": 0.7, "top_p": 0.9, "max_new_tokens": 48, "stop_token_ids": [0, 2],
-        "skip_special_tokens": False, "no_stop_trim": True, "sampling_seed": 11,
-    }  # fmt: skip
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "max_new_tokens": 48,
+        "stop_token_ids": [0, 2],
+        "skip_special_tokens": False,
+        "no_stop_trim": True,
+        "sampling_seed": 11,
+    }
     unseeded = sampling_request(params.model_copy(update={"seed": None}), [2], n=2)
     assert all("sampling_seed" not in r for r in unseeded)
 
@@ -70,18 +75,34 @@ def test_sglang_outputs_map_to_completions(tokenizer):
     words = tokenizer.encode("[message] hello there", add_special_tokens=False)
     assert len(words) >= 4
     outputs = [  # as returned by sglang.Engine.generate(input_ids=..., skip_tokenizer_init=True)
-        {"output_ids": words + [EOS],
-         "meta_info": {"id": "a1", "finish_reason": {"type": "stop", "matched": EOS},
-                       "prompt_tokens": 17, "completion_tokens": 11, "cached_tokens": 12}},
-        {"output_ids": words[:4],
-         "meta_info": {"id": "a2", "finish_reason": {"type": "length", "length": 4}}},
-        {"output_ids": words[:3],  # stop id trimmed by the server: it is put back
-         "meta_info": {"id": "a3", "finish_reason": {"type": "stop", "matched": EOS}}},
-        {"output_ids": words[:2] + [ENDOFTEXT, 5],  # a non-EOS special token: cut, not kept
-         "meta_info": {"id": "a4", "finish_reason": {"type": "stop", "matched": ENDOFTEXT}}},
-        {"output_ids": words[:2], "text": "ignored",  # a string stop: nothing to put back
-         "meta_info": {"id": "a5", "finish_reason": {"type": "stop", "matched": "\n"}}},
-    ]  # fmt: skip
+        {
+            "output_ids": words + [EOS],
+            "meta_info": {
+                "id": "a1",
+                "finish_reason": {"type": "stop", "matched": EOS},
+                "prompt_tokens": 17,
+                "completion_tokens": 11,
+                "cached_tokens": 12,
+            },
+        },
+        {
+            "output_ids": words[:4],
+            "meta_info": {"id": "a2", "finish_reason": {"type": "length", "length": 4}},
+        },
+        {
+            "output_ids": words[:3],  # stop id trimmed by the server: it is put back
+            "meta_info": {"id": "a3", "finish_reason": {"type": "stop", "matched": EOS}},
+        },
+        {
+            "output_ids": words[:2] + [ENDOFTEXT, 5],  # a non-EOS special token: cut, not kept
+            "meta_info": {"id": "a4", "finish_reason": {"type": "stop", "matched": ENDOFTEXT}},
+        },
+        {
+            "output_ids": words[:2],
+            "text": "ignored",  # a string stop: nothing to put back
+            "meta_info": {"id": "a5", "finish_reason": {"type": "stop", "matched": "\n"}},
+        },
+    ]
     got = to_completions(outputs, tokenizer, eos_ids, stop_ids)
     assert [c.token_ids for c in got] == [
         words + [EOS],
@@ -99,8 +120,12 @@ def test_sglang_mapping_errors_are_clear(tokenizer):
     eos_ids, stop_ids = turn_stop_ids(tokenizer)
     with pytest.raises(RuntimeError, match="aborted.*out of memory"):
         abort = {"type": "abort", "message": "out of memory"}
-        to_completions([{"output_ids": [], "meta_info": {"finish_reason": abort}}],
-                       tokenizer, eos_ids, stop_ids)  # fmt: skip
+        to_completions(
+            [{"output_ids": [], "meta_info": {"finish_reason": abort}}],
+            tokenizer,
+            eos_ids,
+            stop_ids,
+        )
     with pytest.raises(ValueError, match="output_ids"):
         to_completions([{"text": "hi", "meta_info": {}}], tokenizer, eos_ids, stop_ids)
 
@@ -145,8 +170,12 @@ class _Server:
             if path != "/v1/completions":
                 return 404, {"error": path}
             time.sleep(0.05)  # let concurrent requests overlap
-            params = SamplingParams(temperature=body["temperature"], top_p=body["top_p"],
-                                    max_new_tokens=body["max_tokens"], seed=body.get("seed"))  # fmt: skip
+            params = SamplingParams(
+                temperature=body["temperature"],
+                top_p=body["top_p"],
+                max_new_tokens=body["max_tokens"],
+                seed=body.get("seed"),
+            )
             with self.model_lock:
                 (out,) = self.backend.generate([body["prompt"]], params)
             choice = {"index": 0, "text": out.text, "finish_reason": out.finish_reason}
@@ -196,8 +225,13 @@ def test_openai_backend_matches_hf_token_for_token(hf, tiny_model_dir, tokenizer
     prompts = _prompts(tokenizer)
     params = SamplingParams(temperature=0.0, max_new_tokens=8, seed=None)
     with serve(app) as url:
-        remote = OpenAIBackend(str(tiny_model_dir), url, served_model="tiny",
-                               api_key_env="TEST_SERVER_KEY", concurrency=2)  # fmt: skip
+        remote = OpenAIBackend(
+            str(tiny_model_dir),
+            url,
+            served_model="tiny",
+            api_key_env="TEST_SERVER_KEY",
+            concurrency=2,
+        )
         got = remote.generate(prompts, params, sessions=[f"g/{i}" for i in range(len(prompts))])
     want = [hf.generate([p], params)[0] for p in prompts]
     assert [c.token_ids for c in got] == [c.token_ids for c in want]
@@ -307,9 +341,20 @@ def test_cli_rollout_generates_through_the_configured_server(hf, tiny_model_dir,
             f"game_params: {{k: 3, max_turns: 2}}\nsampling: {{max_new_tokens: 6}}\n"
             f"backend: {{name: openai, base_url: '{url}', retries: 0}}\n"
         )
-        res = CliRunner().invoke(main, ["rollout", "--config", str(tmp_path / "ro.yaml"),
-                                        "--model", str(tiny_model_dir), "--inits",
-                                        str(inits["train"]), "--out", str(tmp_path / "ro")])  # fmt: skip
+        res = CliRunner().invoke(
+            main,
+            [
+                "rollout",
+                "--config",
+                str(tmp_path / "ro.yaml"),
+                "--model",
+                str(tiny_model_dir),
+                "--inits",
+                str(inits["train"]),
+                "--out",
+                str(tmp_path / "ro"),
+            ],
+        )
     assert res.exit_code == 0, res.output
     games = [json.loads(line) for line in (tmp_path / "ro/games.jsonl").read_text().splitlines()]
     model_turns = sum(len(g["transcript"]) for g in games)

@@ -15,12 +15,14 @@ import torch
 from sparring import grpo
 
 SCORES = [1.0, 0.0, 1.0, 1.0, 0.5, 0.2]
-FRAME = pd.DataFrame({
-    "game": ["g0", "g0", "g1", "g1", "g2", "g3"],
-    "init": ["s0", "s0", "s0", "s1", "s1", "s1"],
-    "role": ["p", "r", "p", "r", "p", "r"],
-    "country": ["FR", "FR", "DE", "DE", "DE", "IT"],
-})  # fmt: skip
+FRAME = pd.DataFrame(
+    {
+        "game": ["g0", "g0", "g1", "g1", "g2", "g3"],
+        "init": ["s0", "s0", "s0", "s1", "s1", "s1"],
+        "role": ["p", "r", "p", "r", "p", "r"],
+        "country": ["FR", "FR", "DE", "DE", "DE", "IT"],
+    }
+)
 
 
 def advantages(key: str, norm: bool = True, singleton: str = "zero") -> list[float]:
@@ -81,8 +83,9 @@ def test_any_column_and_singleton_policies():
 
 def test_a_batch_of_one_gets_zero_under_either_policy():
     for policy in grpo.SINGLETON_POLICIES:
-        adv = grpo.grpo_advantages(torch.tensor([[0.7]]), torch.ones(1, 1),
-                                   np.array(["x"], dtype=object), True, policy)  # fmt: skip
+        adv = grpo.grpo_advantages(
+            torch.tensor([[0.7]]), torch.ones(1, 1), np.array(["x"], dtype=object), True, policy
+        )
         assert adv.item() == 0.0
 
 
@@ -99,8 +102,9 @@ def test_policy_loss_clips_by_hand():
     # token-mean: (-1.2 + 1.5) / 2 = .15; clip fraction 1/2; ppo_kl = mean(old - new) = -.4055
     config = grpo.actor_config(0.2, None, "token-mean")
     log_prob = torch.full((1, 2), math.log(1.5))
-    loss, diag = grpo.policy_loss(log_prob, torch.zeros(1, 2), torch.tensor([[1.0, -1.0]]),
-                                  torch.ones(1, 2), config)  # fmt: skip
+    loss, diag = grpo.policy_loss(
+        log_prob, torch.zeros(1, 2), torch.tensor([[1.0, -1.0]]), torch.ones(1, 2), config
+    )
     assert loss.item() == pytest.approx(0.15, abs=1e-5)
     assert diag["pg_clipfrac"] == pytest.approx(0.5)
     assert diag["ppo_kl"] == pytest.approx(-math.log(1.5), abs=1e-5)
@@ -109,8 +113,9 @@ def test_policy_loss_clips_by_hand():
 def test_kl_penalty_by_hand():
     # low_var_kl with log p = 0, log ref = log 2: r = ref/p = 2 -> r - log r - 1 = 1 - .6931
     config = grpo.actor_config(0.2, None, "token-mean")
-    loss, mean = grpo.kl_loss(torch.zeros(1, 1), torch.full((1, 1), math.log(2)),
-                              torch.ones(1, 1), "low_var_kl", config)  # fmt: skip
+    loss, mean = grpo.kl_loss(
+        torch.zeros(1, 1), torch.full((1, 1), math.log(2)), torch.ones(1, 1), "low_var_kl", config
+    )
     assert loss.item() == pytest.approx(1 - math.log(2), abs=1e-5) and mean == loss
 
 
@@ -123,8 +128,10 @@ def test_micro_batch_losses_add_up_to_the_mini_batch_loss(mode):
     whole = grpo.actor_config(0.2, None, mode)
     grpo.set_global_batch(whole, mask)
     full, _ = grpo.policy_loss(log_prob, old, adv, mask, whole)
-    parts = [grpo.policy_loss(log_prob[r], old[r], adv[r], mask[r], whole)[0]
-             for r in (slice(0, 1), slice(1, 4))]  # fmt: skip
+    parts = [
+        grpo.policy_loss(log_prob[r], old[r], adv[r], mask[r], whole)[0]
+        for r in (slice(0, 1), slice(1, 4))
+    ]
     assert sum(parts).item() == pytest.approx(full.item(), abs=1e-5)
 
 

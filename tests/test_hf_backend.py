@@ -55,8 +55,9 @@ def reference(sharp_model: str):
             ids.append(nxt)
             if nxt in backend.stop_ids:
                 break
-        return trim_reply(ids[len(prompt) :], backend.tokenizer, backend.eos_ids,
-                          backend.stop_ids).token_ids  # fmt: skip
+        return trim_reply(
+            ids[len(prompt) :], backend.tokenizer, backend.eos_ids, backend.stop_ids
+        ).token_ids
 
     return generate
 
@@ -80,8 +81,9 @@ def prompts(tokenizer) -> list[list[int]]:
 
 
 @pytest.mark.parametrize("prefill_tokens", [1, 300, 100_000])
-def test_batched_greedy_matches_the_uncached_reference(sharp_model, prompts, reference,
-                                                       prefill_tokens):  # fmt: skip
+def test_batched_greedy_matches_the_uncached_reference(
+    sharp_model, prompts, reference, prefill_tokens
+):
     """One row per prefill forward, a few groups, or all rows in one forward: same tokens."""
     backend = HFBackend(sharp_model, device="cpu", prefill_tokens=prefill_tokens)
     got = [c.token_ids for c in backend.generate(prompts, GREEDY)]
@@ -89,8 +91,7 @@ def test_batched_greedy_matches_the_uncached_reference(sharp_model, prompts, ref
     assert backend.prefilled_tokens == sum(map(len, prompts))
 
 
-def test_session_cache_reuses_turns_without_changing_tokens(sharp_model, tokenizer,
-                                                            reference):  # fmt: skip
+def test_session_cache_reuses_turns_without_changing_tokens(sharp_model, tokenizer, reference):
     """Turn 2 of each session prefills only what is new since turn 1, with the same result."""
     backend = HFBackend(sharp_model, device="cpu", prefill_tokens=200)
     firsts = ["Orders?", "Spring 1901. A PAR, A MAR, F BRE. " * 4, "Press?"]
@@ -132,15 +133,20 @@ def test_shared_prefixes_are_prefilled_once(sharp_model, tokenizer, reference):
     """Two games x three powers: the rules (all rows) and each game's board (its rows) run
     through the model once; every token comes out as without sharing."""
     rules = "Rules: own as many supply centers as you can. Orders hold, move or support. " * 2
-    boards = ["Spring 1901. Units: AUS A VIE, A BUD; ENG F LON; FRA A PAR, A MAR. " * 2,
-              "Fall 1905. Units: GER A BER, A MUN; ITA F NAP; TUR A CON, F ANK. " * 2]  # fmt: skip
+    boards = [
+        "Spring 1901. Units: AUS A VIE, A BUD; ENG F LON; FRA A PAR, A MAR. " * 2,
+        "Fall 1905. Units: GER A BER, A MUN; ITA F NAP; TUR A CON, F ANK. " * 2,
+    ]
     games = [
-        [tokenizer.apply_chat_template([{"role": "system", "content": rules},
-                                        {"role": "user", "content": board + mine}],
-                                       add_generation_prompt=True)["input_ids"]
-         for mine in ("7 You are AUSTRIA.", "8 You are ENGLAND.", "9 You are FRANCE.")]
+        [
+            tokenizer.apply_chat_template(
+                [{"role": "system", "content": rules}, {"role": "user", "content": board + mine}],
+                add_generation_prompt=True,
+            )["input_ids"]
+            for mine in ("7 You are AUSTRIA.", "8 You are ENGLAND.", "9 You are FRANCE.")
+        ]
         for board in boards
-    ]  # fmt: skip
+    ]
     prompts = [p for game in games for p in game]
     everyone = len(os.path.commonprefix(prompts))
     per_game = [len(os.path.commonprefix(game)) for game in games]

@@ -246,10 +246,21 @@ def test_wheel_ships_every_module_and_config(tmp_path):
     import zipfile
 
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(tmp_path), str(ROOT)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+    )
     (wheel,) = tmp_path.glob("sparring-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     dirs = PYPROJECT["tool"]["setuptools"]["package-dir"]

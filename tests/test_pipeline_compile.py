@@ -141,8 +141,9 @@ def test_rollout_waits_for_the_past_checkpoint_it_loads(tmp_path):
     from sparring.pipelines.selfplay import compile_pipeline
 
     mix = {"selfplay_fraction": 0.5, "difficulty": {"pool": ["matching-scripted", "past-1"]}}
-    cfg = PipelineConfig.model_validate({"game_params": {"k": 3}, "iterations": 3,
-                                         "opponents": mix})  # fmt: skip
+    cfg = PipelineConfig.model_validate(
+        {"game_params": {"k": 3}, "iterations": 3, "opponents": mix}
+    )
     compiled = Path(compile_pipeline(cfg, str(tmp_path / "past.yaml")))
     spec = next(yaml.safe_load_all(compiled.read_text()))
     dags = [spec["root"], *(c for c in spec["components"].values() if "dag" in c)]
@@ -164,8 +165,9 @@ def test_each_rollout_gets_the_previous_rollouts_schedule(gpu_yaml):
     for i in range(first + 1, first + cfg.iterations):
         source = tasks[f"rollout-{i}"]["inputs"]["artifacts"]["previous_schedule"]
         assert source["taskOutputArtifact"] == {
-            "producerTask": keys[f"rollout-{i - 1}"], "outputArtifactKey": "schedule"
-        }  # fmt: skip
+            "producerTask": keys[f"rollout-{i - 1}"],
+            "outputArtifactKey": "schedule",
+        }
 
 
 def test_train_sections_are_checked_at_build_time():
@@ -257,5 +259,11 @@ def test_verl_pipeline_replaces_rollout_and_train_with_one_gpu_task(tmp_path):
 )
 def test_verl_config_errors_name_the_fix(override, message):
     with pytest.raises(ValidationError, match=message):
-        PipelineConfig.model_validate({"train_backend": "verl", "games_per_iteration": 1024,
-                                       "game_params": {"k": 3}, **override})  # fmt: skip
+        PipelineConfig.model_validate(
+            {
+                "train_backend": "verl",
+                "games_per_iteration": 1024,
+                "game_params": {"k": 3},
+                **override,
+            }
+        )

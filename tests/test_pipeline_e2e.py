@@ -18,20 +18,25 @@ pytestmark = pytest.mark.slow
 def tiny_config(tmp_path, model: str) -> PipelineConfig:
     """The smallest pipeline that still runs every step: 2 states x 2 plays, 1 val game."""
     tag = uuid.uuid4().hex[:6]
-    return PipelineConfig.model_validate({
-        "run_name": f"e2e-{tag}",
-        "game_params": {"k": 3, "max_turns": 2},
-        "model": model,
-        "iterations": 2,
-        "games_per_iteration": 4,
-        "device": "cpu",
-        "game_init": {"num_train": 4, "num_val": 1},
-        "rollout": {"games_per_init": 2, "sampling": {"max_new_tokens": 8}},
-        "eval": {"sampling": {"temperature": 0.0, "max_new_tokens": 8}},
-        "storage": {"root": f"s3://sparring/e2e-{tag}"},
-        "tracking": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "e2e"},
-        "registered_model": f"e2e-{tag}",
-    })  # fmt: skip
+    return PipelineConfig.model_validate(
+        {
+            "run_name": f"e2e-{tag}",
+            "game_params": {"k": 3, "max_turns": 2},
+            "model": model,
+            "iterations": 2,
+            "games_per_iteration": 4,
+            "device": "cpu",
+            "game_init": {"num_train": 4, "num_val": 1},
+            "rollout": {"games_per_init": 2, "sampling": {"max_new_tokens": 8}},
+            "eval": {"sampling": {"temperature": 0.0, "max_new_tokens": 8}},
+            "storage": {"root": f"s3://sparring/e2e-{tag}"},
+            "tracking": {
+                "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+                "experiment": "e2e",
+            },
+            "registered_model": f"e2e-{tag}",
+        }
+    )
 
 
 @pytest.fixture

@@ -83,8 +83,11 @@ def test_model_tokens_match_the_chat_template_outside_replies(result, backend):
     for row in result.samples:
         blanked = [{**m, "content": ""} if m["role"] == "assistant" else m for m in row["messages"]]
         expected = tok.apply_chat_template(blanked, tokenize=False)
-        kept = [t for t, m in zip(row["input_ids"], row["assistant_mask"], strict=True)
-                if m == 0 or t == tok.eos_token_id]  # fmt: skip
+        kept = [
+            t
+            for t, m in zip(row["input_ids"], row["assistant_mask"], strict=True)
+            if m == 0 or t == tok.eos_token_id
+        ]
         # samples end at the last reply token: "\n" (or a length-cut reply's <|im_end|>) follows
         closing = "\n" if row["input_ids"][-1] == tok.eos_token_id else "<|im_end|>\n"
         assert expected == tok.decode(kept) + closing
@@ -174,8 +177,9 @@ def test_names_with_one_checkpoint_share_one_model(inits, tiny_model_dir):
     """Two opponents at the same path (e.g. past-1 and past-2 early in a run) load it once,
     and the rollout counts the shared backend's generated tokens once."""
     path = str(tiny_model_dir)
-    policies = build_policies(None, ["old", "older"], "cpu",
-                              extra_models={"old": path, "older": path})  # fmt: skip
+    policies = build_policies(
+        None, ["old", "older"], "cpu", extra_models={"old": path, "older": path}
+    )
     assert policies["old"] is policies["older"]
     res = play(inits, policies, config(seats=["old", "older"]), progress=False)
     assert res.generated_tokens == policies["old"].generated_tokens > 0

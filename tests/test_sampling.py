@@ -38,8 +38,9 @@ def test_batches_reject_too_few_rows_and_missing_column():
 
 
 def test_difficulty_moves_up_when_easy_down_when_hard_and_clamps():
-    cfg = DifficultyConfig(pool=["hold", "random-legal", "greedy"], window=2,
-                           raise_above=0.5, lower_below=0.2)  # fmt: skip
+    cfg = DifficultyConfig(
+        pool=["hold", "random-legal", "greedy"], window=2, raise_above=0.5, lower_below=0.2
+    )
     sched = DifficultySchedule(cfg)
     assert sched.opponent("FRANCE") == "hold"
     assert sched.update(0, {"FRANCE": [0.9], "ITALY": [0.1]}) == {}  # window not full yet
@@ -52,8 +53,14 @@ def test_difficulty_moves_up_when_easy_down_when_hard_and_clamps():
     assert sched.opponent("FRANCE") == "random-legal"
     assert sched.metrics() == {"difficulty/FRANCE": 1.0, "difficulty/ITALY": 0.0}
     row = sched.history[2]
-    assert row == {"iteration": 1, "country": "FRANCE", "mean_reward": pytest.approx(0.8),
-                   "level": 1, "opponent": "random-legal", "change": 1}  # fmt: skip
+    assert row == {
+        "iteration": 1,
+        "country": "FRANCE",
+        "mean_reward": pytest.approx(0.8),
+        "level": 1,
+        "opponent": "random-legal",
+        "change": 1,
+    }
     copy = DifficultySchedule.from_dict(json.loads(json.dumps(sched.to_dict())))
     assert copy.to_dict() == sched.to_dict()
 

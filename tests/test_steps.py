@@ -20,12 +20,17 @@ def cfg(s3_server, tmp_path, monkeypatch) -> PipelineConfig:
     """A config on the real S3 server and a fresh sqlite MLflow store."""
     for key, value in s3_server.env().items():
         monkeypatch.setenv(key, value)
-    return PipelineConfig.model_validate({
-        "game_params": {"k": 3},
-        "storage": {"root": f"s3://sparring/steps-{uuid.uuid4().hex[:6]}"},
-        "tracking": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "steps"},
-        "registered_model": "steps-model",
-    })  # fmt: skip
+    return PipelineConfig.model_validate(
+        {
+            "game_params": {"k": 3},
+            "storage": {"root": f"s3://sparring/steps-{uuid.uuid4().hex[:6]}"},
+            "tracking": {
+                "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+                "experiment": "steps",
+            },
+            "registered_model": "steps-model",
+        }
+    )
 
 
 def registered(cfg: PipelineConfig) -> list:
@@ -117,28 +122,38 @@ def test_diplomacy_runs_through_every_pipeline_step(tiny_model_dir, tmp_path):
     """`game: diplomacy` with country grouping: game-init, rollout (per-country metrics),
     GRPO on the `country` key, evaluation against the bots, registration."""
     pytest.importorskip("diplomacy")
-    cfg = PipelineConfig.model_validate({
-        "game": "diplomacy", "game_params": {"horizon": 1, "press": False},
-        "games_per_iteration": 4, "group_key": "country", "device": "cpu",
-        "game_init": {"num_train": 2, "num_val": 1},
-        "rollout": {"games_per_init": 2, "sampling": {"max_new_tokens": 12}},
-        "eval": {"modes": ["selfplay", "vs_scripted"], "sampling": {"max_new_tokens": 12}},
-        "train": {"lr": 1e-4, "mini_batch_size": 28, "micro_batch_size": 14},
-        "storage": {"root": (tmp_path / "store").as_uri()},
-        "tracking": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "dip"},
-        "registered_model": "dip-model",
-    })  # fmt: skip
+    cfg = PipelineConfig.model_validate(
+        {
+            "game": "diplomacy",
+            "game_params": {"horizon": 1, "press": False},
+            "games_per_iteration": 4,
+            "group_key": "country",
+            "device": "cpu",
+            "game_init": {"num_train": 2, "num_val": 1},
+            "rollout": {"games_per_init": 2, "sampling": {"max_new_tokens": 12}},
+            "eval": {"modes": ["selfplay", "vs_scripted"], "sampling": {"max_new_tokens": 12}},
+            "train": {"lr": 1e-4, "mini_batch_size": 28, "micro_batch_size": 14},
+            "storage": {"root": (tmp_path / "store").as_uri()},
+            "tracking": {
+                "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+                "experiment": "dip",
+            },
+            "registered_model": "dip-model",
+        }
+    )
     inits = steps.game_init(cfg, tmp_path / "inits", "r")
     stats = steps.rollout(cfg, str(tiny_model_dir), str(inits["train"]), 0, 4, tmp_path / "ro", "r")
     assert stats["rollout/games"] == 4
     assert stats["rollout/country/FRANCE/episodes"] == 4  # self-play: every country, every game
-    metrics = steps.train(cfg, str(tiny_model_dir), str(tmp_path / "ro/samples.parquet"),
-                          tmp_path / "m1", "country")  # fmt: skip
+    metrics = steps.train(
+        cfg, str(tiny_model_dir), str(tmp_path / "ro/samples.parquet"), tmp_path / "m1", "country"
+    )
     groups = metrics["train/country/num_groups"]  # a power with no units left writes no sample
     assert groups == 7
     assert groups * metrics["train/country/mean_group_size"] == metrics["train/samples"]
-    ev, report = steps.evaluate(cfg, str(tmp_path / "m1"), str(tiny_model_dir), str(inits["val"]),
-                                tmp_path / "ev", "r", 0)  # fmt: skip
+    ev, report = steps.evaluate(
+        cfg, str(tmp_path / "m1"), str(tiny_model_dir), str(inits["val"]), tmp_path / "ev", "r", 0
+    )
     assert {"eval/vs_greedy/TURKEY/reward_mean", cfg.champion_metric} <= set(ev)
     parent = PipelineRun.start(cfg.tracking, "r").run_id
     done = steps.register(cfg, parent, "r", 0, str(tmp_path / "m1"), stats | metrics | ev)
@@ -155,15 +170,26 @@ def test_diplomacy_opponent_mix_follows_and_carries_the_schedule(tiny_model_dir,
     rewards, and the next rollout continues the schedule: from the schedule.json it is given
     (the pipeline's artifact) or else from the one stored by the previous iteration."""
     pytest.importorskip("diplomacy")
-    cfg = PipelineConfig.model_validate({
-        "game": "diplomacy", "game_params": {"horizon": 1, "press": False},
-        "games_per_iteration": 4, "device": "cpu", "game_init": {"num_train": 4, "num_val": 1},
-        "rollout": {"games_per_init": 2, "sampling": {"max_new_tokens": 8}},
-        "opponents": {"selfplay_fraction": 0.5, "difficulty": {  # every window moves up
-            "pool": ["hold", "random-legal", "greedy"], "window": 1, "raise_above": -1.0,
-            "lower_below": -1.0}},
-        "storage": {"root": (tmp_path / "store").as_uri()},
-    })  # fmt: skip
+    cfg = PipelineConfig.model_validate(
+        {
+            "game": "diplomacy",
+            "game_params": {"horizon": 1, "press": False},
+            "games_per_iteration": 4,
+            "device": "cpu",
+            "game_init": {"num_train": 4, "num_val": 1},
+            "rollout": {"games_per_init": 2, "sampling": {"max_new_tokens": 8}},
+            "opponents": {
+                "selfplay_fraction": 0.5,
+                "difficulty": {  # every window moves up
+                    "pool": ["hold", "random-legal", "greedy"],
+                    "window": 1,
+                    "raise_above": -1.0,
+                    "lower_below": -1.0,
+                },
+            },
+            "storage": {"root": (tmp_path / "store").as_uri()},
+        }
+    )
     train = str(steps.game_init(cfg, tmp_path / "inits", "r")["train"])
     stats = steps.rollout(cfg, str(tiny_model_dir), train, 0, 4, tmp_path / "ro0", "r")
     plan = read_jsonl(tmp_path / "ro0/seat_plan.jsonl")
@@ -171,8 +197,10 @@ def test_diplomacy_opponent_mix_follows_and_carries_the_schedule(tiny_model_dir,
     games = read_jsonl(tmp_path / "ro0/games.jsonl")
     roles = games[0]["roles"]
     for row in plan:  # both plays of each state are seated as planned
-        seats = ["policy" if row["mode"] == "selfplay" or r == row["learner_country"] else "hold"
-                 for r in roles]  # fmt: skip
+        seats = [
+            "policy" if row["mode"] == "selfplay" or r == row["learner_country"] else "hold"
+            for r in roles
+        ]
         assert [g["seat_policies"] for g in games if g["init_id"] == row["init_id"]] == [seats] * 2
     country = next(row["learner_country"] for row in plan if row["mode"] == "vs_pool")
     assert stats[f"difficulty/{country}"] == 1.0  # up from `hold` to `random-legal`
@@ -180,8 +208,16 @@ def test_diplomacy_opponent_mix_follows_and_carries_the_schedule(tiny_model_dir,
     assert saved["levels"] == {country: 1} and saved["history"][0]["iteration"] == 0
     assert storage.verify(f"{cfg.storage.root}/r/0/rollout")  # uploaded with the rollout
 
-    again = steps.rollout(cfg, str(tiny_model_dir), train, 1, 4, tmp_path / "ro1", "r",
-                          schedule=tmp_path / "ro0/schedule.json")  # fmt: skip
+    again = steps.rollout(
+        cfg,
+        str(tiny_model_dir),
+        train,
+        1,
+        4,
+        tmp_path / "ro1",
+        "r",
+        schedule=tmp_path / "ro0/schedule.json",
+    )
     carried = json.loads((tmp_path / "ro1/schedule.json").read_text())
     assert carried["history"][: len(saved["history"])] == saved["history"]
     assert carried["history"][-1]["iteration"] == 1 and again[f"difficulty/{country}"] >= 1.0
@@ -198,13 +234,18 @@ def test_past_checkpoint_opponents_load_the_right_iterations_model(tiny_model_di
     initial one and seats it; rollout 2 loads the checkpoint iteration 0 trained (the policy
     of rollout 1), not iteration 1's, and seat_plan.jsonl names what each resolved to."""
     pytest.importorskip("diplomacy")
-    cfg = PipelineConfig.model_validate({
-        "game": "diplomacy", "game_params": {"horizon": 1, "press": False},
-        "games_per_iteration": 2, "device": "cpu", "game_init": {"num_train": 2, "num_val": 1},
-        "rollout": {"games_per_init": 1, "sampling": {"max_new_tokens": 8}},
-        "opponents": {"selfplay_fraction": 0.0, "difficulty": {"pool": ["past-1"]}},
-        "storage": {"root": (tmp_path / "store").as_uri()},
-    })  # fmt: skip
+    cfg = PipelineConfig.model_validate(
+        {
+            "game": "diplomacy",
+            "game_params": {"horizon": 1, "press": False},
+            "games_per_iteration": 2,
+            "device": "cpu",
+            "game_init": {"num_train": 2, "num_val": 1},
+            "rollout": {"games_per_init": 1, "sampling": {"max_new_tokens": 8}},
+            "opponents": {"selfplay_fraction": 0.0, "difficulty": {"pool": ["past-1"]}},
+            "storage": {"root": (tmp_path / "store").as_uri()},
+        }
+    )
     root = cfg.storage.root
     train = str(steps.game_init(cfg, tmp_path / "inits", "r")["train"])
 
@@ -215,8 +256,9 @@ def test_past_checkpoint_opponents_load_the_right_iterations_model(tiny_model_di
 
     steps.rollout(cfg, str(tiny_model_dir), train, 0, 2, tmp_path / "ro0", "r")
     assert seated(tmp_path / "ro0") == (
-        {("past-1", f"{root}/r/initial")}, [["past-1"] * 6 + ["policy"]] * 2
-    )  # fmt: skip
+        {("past-1", f"{root}/r/initial")},
+        [["past-1"] * 6 + ["policy"]] * 2,
+    )
     stored = storage.verify(f"{root}/r/initial", deep=True)
     assert stored == storage.scan_dir(tiny_model_dir)  # the learner's model of iteration 0
 
@@ -228,21 +270,31 @@ def test_past_checkpoint_opponents_load_the_right_iterations_model(tiny_model_di
     storage.upload_dir(tmp_path / "ckpt1", f"{root}/r/1/checkpoint")
     steps.rollout(cfg, str(tiny_model_dir), train, 2, 2, tmp_path / "ro2", "r")
     assert seated(tmp_path / "ro2") == (
-        {("past-1", f"{root}/r/0/checkpoint")}, [["past-1"] * 6 + ["policy"]] * 2
-    )  # fmt: skip
+        {("past-1", f"{root}/r/0/checkpoint")},
+        [["past-1"] * 6 + ["policy"]] * 2,
+    )
 
 
 # ---- train_backend: verl (CPU: up to the launch; no GPU here) -----------------------------
 def verl_cfg(tmp_path) -> PipelineConfig:
-    return PipelineConfig.model_validate({
-        "game_params": {"k": 3, "max_turns": 4}, "train_backend": "verl",
-        "games_per_iteration": 16, "game_init": {"num_train": 6, "num_val": 2},
-        "verl": {"n_gpus_per_node": 1, "rollout_n": 2, "train_batch_size": 8,
-                 "ppo_mini_batch_size": 8, "micro_batch_size_per_gpu": 1},
-        "storage": {"root": (tmp_path / "store").as_uri()},
-        "tracking": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "v"},
-        "registered_model": "verl-model",
-    })  # fmt: skip
+    return PipelineConfig.model_validate(
+        {
+            "game_params": {"k": 3, "max_turns": 4},
+            "train_backend": "verl",
+            "games_per_iteration": 16,
+            "game_init": {"num_train": 6, "num_val": 2},
+            "verl": {
+                "n_gpus_per_node": 1,
+                "rollout_n": 2,
+                "train_batch_size": 8,
+                "ppo_mini_batch_size": 8,
+                "micro_batch_size_per_gpu": 1,
+            },
+            "storage": {"root": (tmp_path / "store").as_uri()},
+            "tracking": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "v"},
+            "registered_model": "verl-model",
+        }
+    )
 
 
 def test_verl_launch_writes_the_rows_and_a_command_verls_hydra_config_accepts(
@@ -253,8 +305,17 @@ def test_verl_launch_writes_the_rows_and_a_command_verls_hydra_config_accepts(
 
     cfg = verl_cfg(tmp_path)
     inits = steps.game_init(cfg, tmp_path / "inits", "r")
-    cmd = steps.verl_launch(cfg, str(tiny_model_dir), str(inits["train"]), str(inits["val"]), 1,
-                            16, tmp_path / "work", tmp_path / "scratch", python="python")  # fmt: skip
+    cmd = steps.verl_launch(
+        cfg,
+        str(tiny_model_dir),
+        str(inits["train"]),
+        str(inits["val"]),
+        1,
+        16,
+        tmp_path / "work",
+        tmp_path / "scratch",
+        python="python",
+    )
     assert cmd[:3] == ["python", "-m", "verl.trainer.main_ppo"]
     train = pd.read_parquet(tmp_path / "work/data/train.parquet")
     val = pd.read_parquet(tmp_path / "work/data/val.parquet")
@@ -276,8 +337,16 @@ def test_verl_launch_writes_the_rows_and_a_command_verls_hydra_config_accepts(
     loops = composed.actor_rollout_ref.rollout.agent.agent_loop_config_path
     assert Path(loops).read_text().startswith("- name: sparring_selfplay")
     with pytest.raises(ValueError, match="fewer rows than verl.train_batch_size"):
-        steps.verl_launch(cfg, str(tiny_model_dir), str(inits["train"]), str(inits["val"]), 0,
-                          8, tmp_path / "w2", tmp_path / "s2")  # fmt: skip
+        steps.verl_launch(
+            cfg,
+            str(tiny_model_dir),
+            str(inits["train"]),
+            str(inits["val"]),
+            0,
+            8,
+            tmp_path / "w2",
+            tmp_path / "s2",
+        )
 
 
 def test_verl_launch_failure_raises_with_verls_output_and_registers_nothing(
@@ -289,8 +358,17 @@ def test_verl_launch_failure_raises_with_verls_output_and_registers_nothing(
     cfg = verl_cfg(tmp_path)
     inits = steps.game_init(cfg, tmp_path / "inits", "r")
     with pytest.raises(steps.VerlLaunchError) as err:
-        steps.train_verl(cfg, str(tiny_model_dir), str(inits["train"]), str(inits["val"]), 0, 16,
-                         tmp_path / "model", tmp_path / "work", run_name="r")  # fmt: skip
+        steps.train_verl(
+            cfg,
+            str(tiny_model_dir),
+            str(inits["train"]),
+            str(inits["val"]),
+            0,
+            16,
+            tmp_path / "model",
+            tmp_path / "work",
+            run_name="r",
+        )
     message = str(err.value)
     assert "verl.trainer.main_ppo exited with code" in message
     assert "nothing was trained or registered" in message

@@ -213,9 +213,15 @@ def test_mlflow_server_with_s3_artifacts(mlflow_server, s3_server, tmp_path):
         (tmp_path / "games.jsonl").write_text('{"reward": 0.7}\n')
         run.log_artifact(tmp_path / "games.jsonl", iteration=0, dest="games")
         reg = register_checkpoint(
-            "server-model", uri, run.iteration_run(0), 0, {METRIC: 0.7}, 0.7,
-            client=run.client, storage_config=storage,
-        )  # fmt: skip
+            "server-model",
+            uri,
+            run.iteration_run(0),
+            0,
+            {METRIC: 0.7},
+            0.7,
+            client=run.client,
+            storage_config=storage,
+        )
     assert reg.is_champion
     assert resolve_model_uri("models:/server-model@champion", run.client) == uri
     keys = [

@@ -130,15 +130,32 @@ def test_gradient_accumulation_matches_one_big_micro_batch(tiny_model_dir, token
 
 def test_checkpoint_loads_back_with_metrics(tiny_model_dir, tokenizer, tmp_path):
     df = make_samples(tokenizer, [1.0, 0.0, 0.2, 0.8, 0.5, 0.5, 0.1, 0.9])
-    cfg = TrainConfig(lr=1e-3, epochs=2, mini_batch_size=4, micro_batch_size=2, kl_coef=0.05,
-                      entropy_coef=0.01, loss_agg_mode="seq-mean-token-mean")  # fmt: skip
+    cfg = TrainConfig(
+        lr=1e-3,
+        epochs=2,
+        mini_batch_size=4,
+        micro_batch_size=2,
+        kl_coef=0.05,
+        entropy_coef=0.01,
+        loss_agg_mode="seq-mean-token-mean",
+    )
     stats = train(tiny_model_dir, [write(df, tmp_path)], tmp_path / "ckpt", cfg, tiny_model_dir)
     out = stats.out_dir
     assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
     metrics = json.loads((out / "metrics.json").read_text())
-    for key in ("train/loss", "train/pg_clipfrac", "train/kl", "train/entropy", "train/grad_norm",
-                "perf/train_tokens_per_second", "train/init/adv_std", "train/game/frac_reward_zero_std",
-                "train/role/num_groups", "train/batch/adv_mean", "train/frac_reward_zero_std"):  # fmt: skip
+    for key in (
+        "train/loss",
+        "train/pg_clipfrac",
+        "train/kl",
+        "train/entropy",
+        "train/grad_norm",
+        "perf/train_tokens_per_second",
+        "train/init/adv_std",
+        "train/game/frac_reward_zero_std",
+        "train/role/num_groups",
+        "train/batch/adv_mean",
+        "train/frac_reward_zero_std",
+    ):
         assert key in metrics and metrics[key] == metrics[key], key  # present and not NaN
     assert metrics["train/optimizer_steps"] == 4 and metrics["train/kl"] > 0
     model = AutoModelForCausalLM.from_pretrained(out)
@@ -158,18 +175,33 @@ def test_rollout_samples_train_and_the_checkpoint_plays(tiny_model_dir, tmp_path
     from sparring.rollout import RolloutConfig, load_inits, play, write_outputs
 
     game = {"k": 3, "max_turns": 2}
-    inits = load_inits(write_inits(GameInitConfig(game_params=game, num_train=1, num_val=1),
-                                   tmp_path / "inits")["train"])  # fmt: skip
-    rcfg = RolloutConfig(game_params=game, games_per_init=2,
-                         sampling=SamplingParams(temperature=1.0, max_new_tokens=8, seed=0))  # fmt: skip
-    samples = write_outputs(play(inits, {"policy": HFBackend(str(tiny_model_dir), device="cpu")},
-                                 rcfg, progress=False), tmp_path / "r0")["samples"]  # fmt: skip
+    inits = load_inits(
+        write_inits(GameInitConfig(game_params=game, num_train=1, num_val=1), tmp_path / "inits")[
+            "train"
+        ]
+    )
+    rcfg = RolloutConfig(
+        game_params=game,
+        games_per_init=2,
+        sampling=SamplingParams(temperature=1.0, max_new_tokens=8, seed=0),
+    )
+    samples = write_outputs(
+        play(inits, {"policy": HFBackend(str(tiny_model_dir), device="cpu")}, rcfg, progress=False),
+        tmp_path / "r0",
+    )["samples"]
     df = pd.read_parquet(samples)
     # a random model rarely agrees, so give the seats of game 0 a win to learn from
-    df["token_rewards"] = [[0.0] * (len(r) - 1) + [float(g == df.game[0])]
-                           for r, g in zip(df.token_rewards, df.game, strict=True)]  # fmt: skip
-    stats = train(tiny_model_dir, [write(df, tmp_path)], tmp_path / "m1",
-                  TrainConfig(group_key="init", lr=1e-3, mini_batch_size=4, micro_batch_size=4))  # fmt: skip
-    again = play(inits, {"policy": HFBackend(str(stats.out_dir), device="cpu")}, rcfg,
-                 progress=False)  # fmt: skip
+    df["token_rewards"] = [
+        [0.0] * (len(r) - 1) + [float(g == df.game[0])]
+        for r, g in zip(df.token_rewards, df.game, strict=True)
+    ]
+    stats = train(
+        tiny_model_dir,
+        [write(df, tmp_path)],
+        tmp_path / "m1",
+        TrainConfig(group_key="init", lr=1e-3, mini_batch_size=4, micro_batch_size=4),
+    )
+    again = play(
+        inits, {"policy": HFBackend(str(stats.out_dir), device="cpu")}, rcfg, progress=False
+    )
     assert len(again.episodes) == 2

@@ -55,9 +55,11 @@ class HFServerManager:
 
     async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs) -> TokenOutput:
         params = SamplingParams(
-            temperature=sampling_params["temperature"], top_p=sampling_params["top_p"],
-            max_new_tokens=sampling_params["max_new_tokens"], seed=len(self.calls),
-        )  # fmt: skip
+            temperature=sampling_params["temperature"],
+            top_p=sampling_params["top_p"],
+            max_new_tokens=sampling_params["max_new_tokens"],
+            seed=len(self.calls),
+        )
         (out,) = self.backend.generate([prompt_ids], params, sessions=[request_id])
         self.calls.append((request_id, list(prompt_ids), out.token_ids))
         return TokenOutput(token_ids=out.token_ids, log_probs=[-0.5] * len(out.token_ids))
@@ -90,10 +92,14 @@ def _loop(tiny_model_dir, tokenizer, server) -> SparringSelfPlayLoop:
         {"actor_rollout_ref": {"rollout": {"prompt_length": 512, "response_length": 1536}}}
     )
     return SparringSelfPlayLoop(
-        trainer_config=DictConfigWrap(config), server_manager=server, tokenizer=tokenizer,
-        processor=None, dataset_cls=None, data_config=DictConfigWrap(OmegaConf.create({})),
+        trainer_config=DictConfigWrap(config),
+        server_manager=server,
+        tokenizer=tokenizer,
+        processor=None,
+        dataset_cls=None,
+        data_config=DictConfigWrap(OmegaConf.create({})),
         max_new_tokens=12,
-    )  # fmt: skip
+    )
 
 
 # ---- agent loop ---------------------------------------------------------------------------
@@ -183,16 +189,27 @@ def test_rows_are_state_by_seat_and_replay_the_prompt(rows, tmp_path):
     back = __import__("pandas").read_parquet(write_rows(rows, tmp_path / "train.parquet"))
     assert back.extra_info[0]["state"] == rows.extra_info[0]["state"]
     with pytest.raises(ValueError, match="no `country` group key"):
-        selfplay_rows([("s", __import__("json").loads(rows.extra_info[0]["state"]))],
-                      "matching", GAME_PARAMS, group_key="country")  # fmt: skip
+        selfplay_rows(
+            [("s", __import__("json").loads(rows.extra_info[0]["state"]))],
+            "matching",
+            GAME_PARAMS,
+            group_key="country",
+        )
 
 
 # ---- the registered estimator -------------------------------------------------------------
 def test_sparring_grpo_groups_by_tag_against_hand_computation():
     fn = get_adv_estimator_fn(ESTIMATOR)
     # rows: FRANCE scores 1.0, 0.0, 0.5 (from 3 different states); ENGLAND alone 0.9
-    uids = np.array([tag_uid("FRANCE", "u1"), tag_uid("FRANCE", "u2"),
-                     tag_uid("FRANCE", "u3"), tag_uid("ENGLAND", "u4")], dtype=object)  # fmt: skip
+    uids = np.array(
+        [
+            tag_uid("FRANCE", "u1"),
+            tag_uid("FRANCE", "u2"),
+            tag_uid("FRANCE", "u3"),
+            tag_uid("ENGLAND", "u4"),
+        ],
+        dtype=object,
+    )
     rewards = torch.zeros(4, 3)
     rewards[0, 1], rewards[1, 2], rewards[2, 0], rewards[3, 2] = 1.0, 0.0, 0.5, 0.9
     mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 1]], dtype=torch.float32)
@@ -204,8 +221,12 @@ def test_sparring_grpo_groups_by_tag_against_hand_computation():
     # Untagged uids: stock GRPO by uid (the same numbers as verl's function on >1 groups).
     plain = np.array(["a", "a", "b", "b"], dtype=object)
     want, _ = compute_grpo_outcome_advantage(rewards, mask, plain)
-    got, _ = fn(token_level_rewards=rewards, response_mask=mask, index=plain,
-                config=OmegaConf.create({"norm_adv_by_std_in_grpo": False}))  # fmt: skip
+    got, _ = fn(
+        token_level_rewards=rewards,
+        response_mask=mask,
+        index=plain,
+        config=OmegaConf.create({"norm_adv_by_std_in_grpo": False}),
+    )
     # a: scores (1.0, 0.0), mean 0.5 -> (0.5, -0.5); b: (0.5, 0.9), mean 0.7 -> (-0.2, 0.2)
     torch.testing.assert_close(got, torch.tensor([0.5, -0.5, -0.2, 0.2])[:, None] * mask)
     assert not torch.equal(got, want)  # Dr.GRPO (no std) differs from the normalized default
@@ -220,8 +241,9 @@ def test_overrides_compose_with_verls_own_config(tmp_path):
 
     cfg = VerlConfig(n_gpus_per_node=4, tp_size=2, rollout_n=6, kl_coef=0.01, group_key="country")
     loops = write_agent_loop_config(tmp_path / "loops.yaml", cfg)
-    args = verl_overrides(cfg, "/models/m", "/d/train.parquet", "/d/val.parquet",
-                          str(tmp_path / "out"), str(loops))  # fmt: skip
+    args = verl_overrides(
+        cfg, "/models/m", "/d/train.parquet", "/d/val.parquet", str(tmp_path / "out"), str(loops)
+    )
     with initialize_config_dir(config_dir=str(VERL_CONFIG_DIR), version_base=None):
         composed = compose(config_name="ppo_trainer", overrides=args)
     r = composed.actor_rollout_ref.rollout
@@ -243,8 +265,10 @@ def test_overrides_compose_with_verls_own_config(tmp_path):
     # A typo'd key is rejected by verl's schema, so the test above really checks the keys.
     with initialize_config_dir(config_dir=str(VERL_CONFIG_DIR), version_base=None):
         with pytest.raises(Exception, match="multi_turns"):
-            compose(config_name="ppo_trainer",
-                    overrides=["actor_rollout_ref.rollout.multi_turns.enable=True"])  # fmt: skip
+            compose(
+                config_name="ppo_trainer",
+                overrides=["actor_rollout_ref.rollout.multi_turns.enable=True"],
+            )
     assert "algorithm.adv_estimator=grpo" in verl_overrides(VerlConfig(), "m", "t", "v", "o", "l")
 
 

@@ -74,8 +74,11 @@ def greedy_orders(engine: Engine, power: str, rng: random.Random | None = None) 
         def steps(place: str, dist: dict = dist) -> int:
             return min((dist[c].get(place, FAR) for c in targets), default=FAR)
 
-        moves = [o for o in possible.get(loc.split("/")[0], []) if o.count(" - ") == 1
-                 and " S " not in o and " C " not in o and not o.endswith("VIA")]  # fmt: skip
+        moves = [
+            o
+            for o in possible.get(loc.split("/")[0], [])
+            if o.count(" - ") == 1 and " S " not in o and " C " not in o and not o.endswith("VIA")
+        ]
         moves = [o for o in moves if o.split(" - ")[1].split("/")[0] not in claimed]
         best = min(moves, key=lambda o: (steps(o.split(" - ")[1]), o), default=None)
         if best is None or steps(best.split(" - ")[1]) >= steps(loc):

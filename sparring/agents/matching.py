@@ -31,8 +31,9 @@ class ScriptedMatchingAgent:
 
     def act(self, game: MatchingGame, seat: int) -> str:
         state = game.state
-        own = np.array([[np.nan if v is None else v for v in row] for row in state["views"][seat]],
-                       dtype=float)  # fmt: skip
+        own = np.array(
+            [[np.nan if v is None else v for v in row] for row in state["views"][seat]], dtype=float
+        )
         chat = game.messages(seat)
         heard = self._heard_cells(chat, state)
         last = chat[-1]["content"]
@@ -53,8 +54,12 @@ class ScriptedMatchingAgent:
 
     @staticmethod
     def _share(own: np.ndarray, state: dict, limit: int | None) -> str:
-        cells = [(own[r, p], r, p) for r in range(len(own)) for p in range(len(own))
-                 if not np.isnan(own[r, p])]  # fmt: skip
+        cells = [
+            (own[r, p], r, p)
+            for r in range(len(own))
+            for p in range(len(own))
+            if not np.isnan(own[r, p])
+        ]
         cells.sort(reverse=True)
         cells = cells[:limit] if limit else cells
         if not cells:

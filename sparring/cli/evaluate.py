@@ -24,8 +24,20 @@ from sparring.cli.options import load_config, parse_params
 @click.option("--temperature", type=float, help="Sampling temperature (default 0 = greedy).")
 @click.option("--max-new-tokens", type=int, help="Tokens per turn.")
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda or auto.")
-def command(config, game, model, inits, previous, out, num_games, modes, params, temperature,
-            max_new_tokens, device) -> None:  # fmt: skip
+def command(
+    config,
+    game,
+    model,
+    inits,
+    previous,
+    out,
+    num_games,
+    modes,
+    params,
+    temperature,
+    max_new_tokens,
+    device,
+) -> None:
     """Evaluate MODEL on val games; write OUT/metrics.json and OUT/rewards.png."""
     from sparring.evaluate import EvalConfig, load_and_evaluate, write_eval
     from sparring.models import resolve_model

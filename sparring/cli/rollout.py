@@ -24,8 +24,22 @@ from sparring.cli.options import load_config, parse_params
 @click.option("--seed", type=int, help="Sampling seed.")
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda or auto.")
 @click.option("--tokenizer", help="Tokenizer for scripted-only rollouts that should write samples.")
-def command(config, game, model, inits, out, limit, games_per_init, seats, params, temperature,
-            max_new_tokens, seed, device, tokenizer) -> None:  # fmt: skip
+def command(
+    config,
+    game,
+    model,
+    inits,
+    out,
+    limit,
+    games_per_init,
+    seats,
+    params,
+    temperature,
+    max_new_tokens,
+    seed,
+    device,
+    tokenizer,
+) -> None:
     """Play self-play games; write OUT/games.jsonl and OUT/samples.parquet."""
     from sparring.models import resolve_model
     from sparring.rollout import RolloutConfig, build_policies, load_inits, play, write_outputs

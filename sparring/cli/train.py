@@ -9,20 +9,41 @@ import click
 
 from sparring.cli.options import load_config
 
-SUMMARY = ("train/loss", "train/pg_clipfrac", "train/kl", "train/entropy", "train/grad_norm",
-           "train/frac_reward_zero_std", "perf/train_tokens_per_second")  # fmt: skip
+SUMMARY = (
+    "train/loss",
+    "train/pg_clipfrac",
+    "train/kl",
+    "train/entropy",
+    "train/grad_norm",
+    "train/frac_reward_zero_std",
+    "perf/train_tokens_per_second",
+)
 
 
 def trainer_options(f: Callable) -> Callable:
     """Options shared by `sparring train` and `sparring sft` (each overrides the YAML config)."""
     options = [
-        click.option("--config", type=click.Path(exists=True, dir_okay=False),
-                     help="YAML TrainConfig (see configs/train.yaml)."),
-        click.option("--model", required=True, help="Start checkpoint (path, hub, s3://, models:/)."),
-        click.option("--samples", required=True, multiple=True, type=click.Path(exists=True),
-                     help="Samples parquet from `sparring rollout` (repeatable)."),
-        click.option("--out", required=True, type=click.Path(file_okay=False),
-                     help="Output checkpoint directory (also gets metrics.json)."),
+        click.option(
+            "--config",
+            type=click.Path(exists=True, dir_okay=False),
+            help="YAML TrainConfig (see configs/train.yaml).",
+        ),
+        click.option(
+            "--model", required=True, help="Start checkpoint (path, hub, s3://, models:/)."
+        ),
+        click.option(
+            "--samples",
+            required=True,
+            multiple=True,
+            type=click.Path(exists=True),
+            help="Samples parquet from `sparring rollout` (repeatable).",
+        ),
+        click.option(
+            "--out",
+            required=True,
+            type=click.Path(file_okay=False),
+            help="Output checkpoint directory (also gets metrics.json).",
+        ),
         click.option("--lr", type=float, help="AdamW learning rate."),
         click.option("--epochs", type=int, help="Passes over the samples."),
         click.option("--mini-batch-size", type=int, help="Sequences per optimizer step."),
@@ -30,7 +51,7 @@ def trainer_options(f: Callable) -> Callable:
         click.option("--max-seq-len", type=int, help="Cut longer samples to this many tokens."),
         click.option("--seed", type=int, help="Shuffling and torch seed."),
         click.option("--device", help="cpu, cuda or auto."),
-    ]  # fmt: skip
+    ]
     for option in reversed(options):
         f = option(f)
     return f

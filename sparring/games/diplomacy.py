@@ -59,8 +59,18 @@ WIN_CENTERS = 18
 ORDER_START_RE = re.compile(r"^(?:A|F|ARMY|FLEET)\s+[A-Z]{3}\b")
 BULLET_RE = re.compile(r"^\s*(?:[-*•]+|\d+[.)])\s*")
 PRESS_RE = re.compile(r"^\s*(?:TO\s+)?([A-Za-z]+)\s*:\s*(.+?)\s*$", re.IGNORECASE)
-WORDS = {"ARMY": "A", "FLEET": "F", "HOLDS": "H", "HOLD": "H", "SUPPORTS": "S",
-         "SUPPORT": "S", "CONVOYS": "C", "CONVOY": "C", "TO": "-", "MOVES": ""}  # fmt: skip
+WORDS = {
+    "ARMY": "A",
+    "FLEET": "F",
+    "HOLDS": "H",
+    "HOLD": "H",
+    "SUPPORTS": "S",
+    "SUPPORT": "S",
+    "CONVOYS": "C",
+    "CONVOY": "C",
+    "TO": "-",
+    "MOVES": "",
+}
 
 
 def stage_of(year: int) -> str:
@@ -224,8 +234,11 @@ def parse_orders(
         loc = order.split()[1].split("/")[0]
         legal = possible.get(loc, []) if loc in locs else []
         if order not in legal:  # allow a missing coast, or a convoyed move without VIA
-            same = [o for o in legal if _strip_coasts(o) in (_strip_coasts(order),
-                                                             _strip_coasts(order) + " VIA")]  # fmt: skip
+            same = [
+                o
+                for o in legal
+                if _strip_coasts(o) in (_strip_coasts(order), _strip_coasts(order) + " VIA")
+            ]
             order = same[0] if len(same) == 1 else order
         if order in legal and loc not in orders:
             orders[loc] = order
@@ -326,10 +339,16 @@ class DiplomacyGame(Game):
         out = []
         for seat, power in enumerate(ROLES):
             centers, units = len(self.engine.get_centers(power)), len(self.engine.get_units(power))
-            out.append(PowerResult(
-                power, centers, len(start[power]), units,
-                self.power_stats[seat].invalid_orders, eliminated=centers == 0 and units == 0,
-            ))  # fmt: skip
+            out.append(
+                PowerResult(
+                    power,
+                    centers,
+                    len(start[power]),
+                    units,
+                    self.power_stats[seat].invalid_orders,
+                    eliminated=centers == 0 and units == 0,
+                )
+            )
         return out
 
     def outcome(self) -> dict[str, Any]:
@@ -459,15 +478,26 @@ class DiplomacyGame(Game):
         if not locs:
             return "\n".join([*lines, "You have no units to order."])
         possible = self._possible_orders()
-        lines.append("Your units and legal moves:" if self.cfg.observation == "compact" else
-                     "Your units and legal orders:")  # fmt: skip
+        lines.append(
+            "Your units and legal moves:"
+            if self.cfg.observation == "compact"
+            else "Your units and legal orders:"
+        )
         for unit in e.get_units(power):
             legal = possible.get(unit.split()[1].split("/")[0], [])
             if self.cfg.observation == "full":
                 lines.append(f"{unit}: " + " | ".join(sorted(legal)))
             else:
-                dests = sorted({o.split(" - ")[1] for o in legal if " - " in o and " S " not in o
-                                and " C " not in o and not o.endswith("VIA")})  # fmt: skip
+                dests = sorted(
+                    {
+                        o.split(" - ")[1]
+                        for o in legal
+                        if " - " in o
+                        and " S " not in o
+                        and " C " not in o
+                        and not o.endswith("VIA")
+                    }
+                )
                 lines.append(f"{unit} -> {' '.join(dests) or '(hold only)'}")
         return "\n".join(lines)
 

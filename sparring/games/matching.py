@@ -29,13 +29,41 @@ from scipy.optimize import linear_sum_assignment
 from sparring.games.base import Game, GameStats, StepResult, TurnRecord
 
 REVIEWERS = (
-    "Ava", "Ben", "Cole", "Dana", "Eli", "Faye", "Gus", "Hana",
-    "Ivan", "Jade", "Kai", "Lena", "Milo", "Nora", "Owen", "Pia",
-)  # fmt: skip
+    "Ava",
+    "Ben",
+    "Cole",
+    "Dana",
+    "Eli",
+    "Faye",
+    "Gus",
+    "Hana",
+    "Ivan",
+    "Jade",
+    "Kai",
+    "Lena",
+    "Milo",
+    "Nora",
+    "Owen",
+    "Pia",
+)
 PAPERS = (
-    "BLEU", "GloVe", "ELMo", "BERT", "LoRA", "Adam", "ResNet", "GAN",
-    "Dropout", "Word2Vec", "Seq2Seq", "T5", "RoBERTa", "PPO", "DQN", "CLIP",
-)  # fmt: skip
+    "BLEU",
+    "GloVe",
+    "ELMo",
+    "BERT",
+    "LoRA",
+    "Adam",
+    "ResNet",
+    "GAN",
+    "Dropout",
+    "Word2Vec",
+    "Seq2Seq",
+    "T5",
+    "RoBERTa",
+    "PPO",
+    "DQN",
+    "CLIP",
+)
 
 TAG_RE = re.compile(r"\[(message|propose|accept|reject)\]", re.IGNORECASE)
 PAIR_RE = re.compile(r"^\s*[-*\d.)]*\s*(.+?)\s*(?::|->|=>|→|=|\s-\s)\s*(.+?)\s*[.;,]?\s*$")
@@ -86,10 +114,12 @@ def generate_state(
     if not random_names:
         names = np.arange(k), np.arange(k)
     views = [
-        [[int(table[r, p] * scales[s]) if visible[s, r, p] else None for p in range(k)]
-         for r in range(k)]
+        [
+            [int(table[r, p] * scales[s]) if visible[s, r, p] else None for p in range(k)]
+            for r in range(k)
+        ]
         for s in range(2)
-    ]  # fmt: skip
+    ]
     return {
         "seed": int(seed),
         "k": k,
@@ -113,10 +143,15 @@ class MatchingGame(Game):
     roles = ("player_a", "player_b")
 
     def __init__(
-        self, k: int = 8, p_visible: float = 0.4, hard_ratio: float | None = 1.25,
-        max_turns: int = 30, max_retries: int = 2, random_names: bool = True,
+        self,
+        k: int = 8,
+        p_visible: float = 0.4,
+        hard_ratio: float | None = 1.25,
+        max_turns: int = 30,
+        max_retries: int = 2,
+        random_names: bool = True,
         invalid_penalty: float = 0.0,
-    ) -> None:  # fmt: skip
+    ) -> None:
         if max_turns < 2 or max_retries < 0:
             raise ValueError("max_turns must be >= 2 and max_retries >= 0")
         if invalid_penalty < 0:
@@ -230,8 +265,9 @@ class MatchingGame(Game):
         if kind == "message":
             self._tell(other, f"Partner: [message] {action['text']}")
         elif kind == "propose":
-            self._proposal = [self.state["papers"].index(action["assignment"][r])
-                              for r in self.state["reviewers"]]  # fmt: skip
+            self._proposal = [
+                self.state["papers"].index(action["assignment"][r]) for r in self.state["reviewers"]
+            ]
             self._tell(other, "Partner: " + self.render_proposal(self._proposal))
         elif kind == "accept":
             self._accepted, self._proposal = self._proposal, None

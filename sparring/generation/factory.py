@@ -70,7 +70,12 @@ def make_backend(
         from sparring.generation.openai import OpenAIBackend
 
         return OpenAIBackend(
-            model_path, cfg.base_url, served_model=cfg.served_model, api_key_env=cfg.api_key_env,
-            concurrency=cfg.concurrency, retries=cfg.retries, timeout_s=cfg.timeout_s,
-        )  # fmt: skip
+            model_path,
+            cfg.base_url,
+            served_model=cfg.served_model,
+            api_key_env=cfg.api_key_env,
+            concurrency=cfg.concurrency,
+            retries=cfg.retries,
+            timeout_s=cfg.timeout_s,
+        )
     raise ValueError(f"unknown rollout backend {cfg.name!r}; choose one of {BACKENDS}")

@@ -51,10 +51,14 @@ class HFBackend(GenerationBackend):
     name = "hf"
 
     def __init__(
-        self, model_path: str, device: str = "auto", max_batch_size: int = 64,
-        max_cached_tokens: int = 1_000_000, prefill_tokens: int | None = None,
+        self,
+        model_path: str,
+        device: str = "auto",
+        max_batch_size: int = 64,
+        max_cached_tokens: int = 1_000_000,
+        prefill_tokens: int | None = None,
         min_shared_prefix: int = 32,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.device = pick_device(device)
         dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -151,8 +155,12 @@ class HFBackend(GenerationBackend):
                 break
             mask = torch.cat([mask, (~done).long()[:, None]], dim=1)  # finished rows stop attending
             position = position + 1
-            logits = self._forward(input_ids=nxt[:, None], attention_mask=mask,
-                                   position_ids=position[:, None], past_key_values=cache)  # fmt: skip
+            logits = self._forward(
+                input_ids=nxt[:, None],
+                attention_mask=mask,
+                position_ids=position[:, None],
+                past_key_values=cache,
+            )
         rows = torch.stack(tokens, 1).tolist()  # (B, steps)
         completions = [self._completion(r) for r in rows]
         if sessions:
@@ -160,9 +168,11 @@ class HFBackend(GenerationBackend):
         return completions
 
     def _prefill(
-        self, prompts: list[list[int]], cached: list[tuple[list[int], KV | None]],
+        self,
+        prompts: list[list[int]],
+        cached: list[tuple[list[int], KV | None]],
         share: bool = True,
-    ) -> tuple[torch.Tensor, list[KV]]:  # fmt: skip
+    ) -> tuple[torch.Tensor, list[KV]]:
         """Run each prompt's uncached tokens through the model in length-sorted groups of at
         most `prefill_tokens` padded tokens. Returns the last position's logits (B, V) and each
         row's keys and values over its whole prompt.
@@ -179,8 +189,11 @@ class HFBackend(GenerationBackend):
         self.prefilled_tokens += sum(len(n) for n in new)
         logits: list[torch.Tensor | None] = [None] * len(prompts)
         kvs: list[KV | None] = [None] * len(prompts)
-        for group in _groups(sorted(range(len(prompts)), key=lambda i: len(new[i])),
-                             [len(n) for n in new], self.prefill_tokens):  # fmt: skip
+        for group in _groups(
+            sorted(range(len(prompts)), key=lambda i: len(new[i])),
+            [len(n) for n in new],
+            self.prefill_tokens,
+        ):
             lmax, nmax = max(past[i] for i in group), max(len(new[i]) for i in group)
             mask = torch.zeros(len(group), lmax + nmax, dtype=torch.long)  # (G, Lmax + Nmax)
             input_ids = torch.full((len(group), nmax), self.pad_id, dtype=torch.long)
@@ -192,9 +205,12 @@ class HFBackend(GenerationBackend):
                 input_ids[row, nmax - len(toks) :] = torch.tensor(toks)
                 position_ids[row, nmax - len(toks) :] = torch.arange(past[i], past[i] + len(toks))
             cache = self._batch_cache([cached[i][1] for i in group], [past[i] for i in group], lmax)
-            out = self._forward(input_ids=input_ids.to(self.device), past_key_values=cache,
-                                attention_mask=mask.to(self.device),
-                                position_ids=position_ids.to(self.device))  # fmt: skip
+            out = self._forward(
+                input_ids=input_ids.to(self.device),
+                past_key_values=cache,
+                attention_mask=mask.to(self.device),
+                position_ids=position_ids.to(self.device),
+            )
             for row, i in enumerate(group):  # the row's cached prefix, then its new tokens
                 logits[i] = out[row]
                 spans = [(lmax - past[i], lmax), (lmax + nmax - len(new[i]), lmax + nmax)]
@@ -223,16 +239,18 @@ class HFBackend(GenerationBackend):
         if not shared:
             return cached
         prefixes = sorted(set(shared.values()))
-        root = prefixes[0][: min(_common_prefix(prefixes[0], prefixes[-1]),
-                                 min(map(len, prefixes)) - 1)]  # fmt: skip
+        root = prefixes[0][
+            : min(_common_prefix(prefixes[0], prefixes[-1]), min(map(len, prefixes)) - 1)
+        ]
         base: list[tuple[list[int], KV | None]] = [([], None)] * len(prefixes)
         if len(prefixes) > 1 and len(root) >= self.min_shared_prefix:
             _, (root_kv,) = self._prefill([list(root)], [([], None)], share=False)
             base = [(list(root), root_kv)] * len(prefixes)
         _, kvs = self._prefill([list(p) for p in prefixes], base, share=False)
         kv_of = dict(zip(prefixes, kvs, strict=True))
-        return [(list(shared[i]), kv_of[shared[i]]) if i in shared else c
-                for i, c in enumerate(cached)]  # fmt: skip
+        return [
+            (list(shared[i]), kv_of[shared[i]]) if i in shared else c for i, c in enumerate(cached)
+        ]
 
     # ---- the session cache -----------------------------------------------------------------
     def _lookup(self, session: str | None, prompt: list[int]) -> tuple[list[int], KV | None]:
@@ -269,8 +287,14 @@ class HFBackend(GenerationBackend):
             cache.update(keys, values, layer)
         return cache
 
-    def _store(self, sessions: list[str], prompts: list[list[int]], rows: list[list[int]],
-               cache: StaticCache, lmax: int) -> None:  # fmt: skip
+    def _store(
+        self,
+        sessions: list[str],
+        prompts: list[list[int]],
+        rows: list[list[int]],
+        cache: StaticCache,
+        lmax: int,
+    ) -> None:
         """Keep each row's real positions: its prompt (left-padded to `lmax`) plus the
         generated tokens fed back, one contiguous span of the decode cache."""
         for i, (session, prompt, row) in enumerate(zip(sessions, prompts, rows, strict=True)):

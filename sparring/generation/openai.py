@@ -65,10 +65,16 @@ class OpenAIBackend(GenerationBackend):
     name = "openai"
 
     def __init__(
-        self, model_path: str, base_url: str, served_model: str | None = None,
-        api_key_env: str | None = None, concurrency: int = 32, retries: int = 3,
-        timeout_s: float = 120.0, backoff_s: float = 0.5,
-    ) -> None:  # fmt: skip
+        self,
+        model_path: str,
+        base_url: str,
+        served_model: str | None = None,
+        api_key_env: str | None = None,
+        concurrency: int = 32,
+        retries: int = 3,
+        timeout_s: float = 120.0,
+        backoff_s: float = 0.5,
+    ) -> None:
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.eos_ids, self.stop_ids = turn_stop_ids(self.tokenizer)
         self.base_url = base_url.rstrip("/")

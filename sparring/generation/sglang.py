@@ -97,9 +97,12 @@ class SGLangBackend(GenerationBackend):
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.eos_ids, self.stop_ids = turn_stop_ids(self.tokenizer)
         self.engine = sglang.Engine(
-            model_path=model_path, tp_size=tp_size, mem_fraction_static=mem_fraction,
-            random_seed=seed, skip_tokenizer_init=True,
-        )  # fmt: skip
+            model_path=model_path,
+            tp_size=tp_size,
+            mem_fraction_static=mem_fraction,
+            random_seed=seed,
+            skip_tokenizer_init=True,
+        )
         self.generated_tokens = 0
 
     def generate(

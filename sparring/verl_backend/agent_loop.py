@@ -58,9 +58,14 @@ class SeatTrace:
 
 
 async def play_game(
-    game: Game, generate: Generate, tokenizer: Any, sampling_params: dict[str, Any],
-    request_prefix: str, max_new_tokens: int, max_tokens: int,
-) -> tuple[list[SeatTrace], bool]:  # fmt: skip
+    game: Game,
+    generate: Generate,
+    tokenizer: Any,
+    sampling_params: dict[str, Any],
+    request_prefix: str,
+    max_new_tokens: int,
+    max_tokens: int,
+) -> tuple[list[SeatTrace], bool]:
     """Play `game` (already reset) with every seat generated through `generate`.
 
     Returns the per-seat traces and whether the game was cut at `max_tokens` of context.
@@ -93,9 +98,13 @@ async def play_game(
 
 
 def focal_output(
-    seat: SeatTrace, reward: float, num_turns: int, with_logprobs: bool,
-    prompt_length: int, response_length: int,
-) -> AgentLoopOutput:  # fmt: skip
+    seat: SeatTrace,
+    reward: float,
+    num_turns: int,
+    with_logprobs: bool,
+    prompt_length: int,
+    response_length: int,
+) -> AgentLoopOutput:
     """The focal seat's AgentLoopOutput: prompt up to its first reply, response through its
     last own token (so the reward lands on it), mask 1 only on its own generated tokens.
 
@@ -112,10 +121,14 @@ def focal_output(
     end = min(end, start + response_length)
     logprobs = (seat.logprobs + [0.0] * len(ids))[start:end] if with_logprobs else None
     return AgentLoopOutput(
-        prompt_ids=ids[max(0, start - prompt_length) : start], response_ids=ids[start:end],
-        response_mask=mask[start:end], response_logprobs=logprobs, reward_score=float(reward),
-        num_turns=num_turns, metrics=AgentLoopMetrics(),
-    )  # fmt: skip
+        prompt_ids=ids[max(0, start - prompt_length) : start],
+        response_ids=ids[start:end],
+        response_mask=mask[start:end],
+        response_logprobs=logprobs,
+        reward_score=float(reward),
+        num_turns=num_turns,
+        metrics=AgentLoopMetrics(),
+    )
 
 
 @register(AGENT_NAME)
@@ -132,15 +145,23 @@ class SparringSelfPlayLoop(AgentLoopBase):
         game = make_game(info["game"], **json.loads(info["game_params"]))
         game.reset(json.loads(info["state"]))
         seats, truncated = await play_game(
-            game, self.server_manager.generate, self.tokenizer, sampling_params,
+            game,
+            self.server_manager.generate,
+            self.tokenizer,
+            sampling_params,
             request_prefix=f"{kwargs.get('uid', info['init_id'])}/{id(game)}",
-            max_new_tokens=self.max_new_tokens, max_tokens=self.max_tokens,
-        )  # fmt: skip
+            max_new_tokens=self.max_new_tokens,
+            max_tokens=self.max_tokens,
+        )
         focal = int(info["seat"])
         cfg = self.rollout_config
         output = focal_output(
-            seats[focal], game.rewards[focal], game.num_turns,
-            bool(sampling_params.get("logprobs")), cfg.prompt_length, cfg.response_length,
-        )  # fmt: skip
+            seats[focal],
+            game.rewards[focal],
+            game.num_turns,
+            bool(sampling_params.get("logprobs")),
+            cfg.prompt_length,
+            cfg.response_length,
+        )
         output.extra_fields.update({"truncated": truncated, "role": game.roles[focal]})
         return output

@@ -27,9 +27,11 @@ GROUP_KEYS = ("init_seat", "role", "country")
 
 
 def selfplay_rows(
-    inits: list[tuple[str, dict[str, Any]]], game_name: str, game_params: dict[str, Any],
+    inits: list[tuple[str, dict[str, Any]]],
+    game_name: str,
+    game_params: dict[str, Any],
     group_key: str = "init_seat",
-) -> pd.DataFrame:  # fmt: skip
+) -> pd.DataFrame:
     """One row per (initial state, seat); `group_key` names the label the `sparring_grpo`
     estimator groups by (`init_seat` = stock GRPO; `role` / `country` pool across states)."""
     if group_key not in GROUP_KEYS:
@@ -44,17 +46,23 @@ def selfplay_rows(
                 keys |= game.group_keys(seat)
             if group_key not in keys:
                 raise ValueError(f"{game_name} has no `{group_key}` group key (has {sorted(keys)})")
-            rows.append({
-                "data_source": f"sparring/{game_name}",
-                "prompt": game.messages(seat),
-                "agent_name": AGENT_NAME,
-                "extra_info": {
-                    "game": game_name, "game_params": json.dumps(game_params),
-                    "state": json.dumps(state), "init_id": init_id, "seat": seat,
-                    "role": game.roles[seat], "group_key": str(keys[group_key]),
-                },
-                "reward_model": {"style": "sparring", "ground_truth": ""},
-            })  # fmt: skip
+            rows.append(
+                {
+                    "data_source": f"sparring/{game_name}",
+                    "prompt": game.messages(seat),
+                    "agent_name": AGENT_NAME,
+                    "extra_info": {
+                        "game": game_name,
+                        "game_params": json.dumps(game_params),
+                        "state": json.dumps(state),
+                        "init_id": init_id,
+                        "seat": seat,
+                        "role": game.roles[seat],
+                        "group_key": str(keys[group_key]),
+                    },
+                    "reward_model": {"style": "sparring", "ground_truth": ""},
+                }
+            )
     return pd.DataFrame(rows)
 
 

@@ -21,8 +21,14 @@ import yaml
 
 from sparring.verl_backend.config import AGENT_NAME, ESTIMATOR, VerlConfig
 
-__all__ = ["VerlConfig", "latest_actor_dir", "merge_command", "verl_command", "verl_overrides",
-           "write_agent_loop_config"]  # fmt: skip
+__all__ = [
+    "VerlConfig",
+    "latest_actor_dir",
+    "merge_command",
+    "verl_command",
+    "verl_overrides",
+    "write_agent_loop_config",
+]
 
 
 def write_agent_loop_config(path: str | Path, cfg: VerlConfig) -> Path:
@@ -40,9 +46,13 @@ def write_agent_loop_config(path: str | Path, cfg: VerlConfig) -> Path:
 
 
 def verl_overrides(
-    cfg: VerlConfig, model_path: str, train_files: str, val_files: str, out_dir: str,
+    cfg: VerlConfig,
+    model_path: str,
+    train_files: str,
+    val_files: str,
+    out_dir: str,
     agent_loop_config: str,
-) -> list[str]:  # fmt: skip
+) -> list[str]:
     """Hydra overrides for `verl.trainer.main_ppo` (keys of verl's ppo_trainer.yaml; a leading
     `+` adds a key the schema leaves open)."""
     actor, rollout = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
@@ -92,9 +102,14 @@ def verl_overrides(
 
 
 def verl_command(
-    cfg: VerlConfig, model_path: str, train_files: str, val_files: str, out_dir: str,
-    agent_loop_config: str, python: str = sys.executable,
-) -> list[str]:  # fmt: skip
+    cfg: VerlConfig,
+    model_path: str,
+    train_files: str,
+    val_files: str,
+    out_dir: str,
+    agent_loop_config: str,
+    python: str = sys.executable,
+) -> list[str]:
     """The `python -m verl.trainer.main_ppo ...` argv."""
     args = verl_overrides(cfg, model_path, train_files, val_files, out_dir, agent_loop_config)
     return [python, "-m", "verl.trainer.main_ppo", *args]
@@ -117,6 +132,14 @@ def merge_command(
 ) -> list[str]:
     """argv merging the latest FSDP actor checkpoint into a Hugging Face checkpoint."""
     return [
-        python, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
-        "--local_dir", str(latest_actor_dir(ckpt_dir)), "--target_dir", str(target_dir),
-    ]  # fmt: skip
+        python,
+        "-m",
+        "verl.model_merger",
+        "merge",
+        "--backend",
+        "fsdp",
+        "--local_dir",
+        str(latest_actor_dir(ckpt_dir)),
+        "--target_dir",
+        str(target_dir),
+    ]
