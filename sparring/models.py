@@ -1,10 +1,13 @@
-"""Model references: a local checkpoint path, a hub name, an S3 URI or an MLflow model URI.
+"""Model references: a local checkpoint path, a hub name, a named model, an S3 URI or an MLflow
+model URI.
 
 `resolve_model(ref)` returns something `from_pretrained` accepts: local paths and hub names
-pass through; `models:/name@alias` (or `models:/name/<version>`) becomes its version's source,
-and an `s3://…` (or `file://…`) checkpoint is downloaded into a local cache and checked
-against its manifest (sha256 of every file). The cache is keyed by the URI, and a download
-that did not finish is redone, so a half-written folder is never loaded.
+pass through; a named model (`smollm2-135m-instruct`, see `sparring.model_zoo`) is fetched and
+converted on first use, then read from the cache; `models:/name@alias` (or
+`models:/name/<version>`) becomes its version's source, and an `s3://…` (or `file://…`)
+checkpoint is downloaded into a local cache and checked against its manifest (sha256 of every
+file). The cache is keyed by the URI, and a download that did not finish is redone, so a
+half-written folder is never loaded.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -25,6 +29,10 @@ def default_cache_dir() -> Path:
 
 def resolve_model(ref: str, cache_dir: str | Path | None = None) -> str:
     """A local path or hub name for `ref` (see module docstring)."""
+    from sparring import model_zoo
+
+    if model_zoo.is_named(ref):
+        return str(model_zoo.fetch(ref, cache_dir, log=_log))
     if ref.startswith("models:/"):
         from sparring.tracking import resolve_model_uri
 
@@ -42,3 +50,7 @@ def resolve_model(ref: str, cache_dir: str | Path | None = None) -> str:
         download_dir(ref, target)  # raises VerifyError on a missing manifest or bad sha256
         done.write_text(ref)
     return str(target)
+
+
+def _log(msg: str) -> None:
+    print(f"[sparring.models] {msg}", file=sys.stderr, flush=True)

