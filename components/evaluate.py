@@ -1,4 +1,4 @@
-"""KFP component: evaluation on val games (see sparring.steps.evaluate)."""
+"""KFP component: evaluation on val games (see sparring.tasks.evaluate)."""
 
 from kfp.dsl import HTML, Artifact, Dataset, Input, Metrics, Model, Output
 
@@ -27,12 +27,12 @@ def evaluate(
         metrics: eval/<mode>/<role>/* metrics.
         report: the reward plot and sample transcripts, viewable in the KFP UI.
     """
-    from sparring import steps
-    from sparring.pipeline_config import PipelineConfig
+    from sparring.pipeline import tasks
+    from sparring.pipeline.config import PipelineConfig
 
     cfg = PipelineConfig.model_validate_json(config)
     val = f"{inits.path}/val.parquet"
-    scores, page = steps.evaluate(
+    scores, page = tasks.evaluate(
         cfg, model.path, previous.path, val, evaluation.path, run_name, iteration
     )
     for name, value in scores.items():

@@ -1,4 +1,4 @@
-"""KFP component: seeded initial game states (see sparring.steps.game_init)."""
+"""KFP component: seeded initial game states (see sparring.tasks.game_init)."""
 
 from kfp.dsl import Dataset, Output
 
@@ -11,7 +11,7 @@ def game_init(config: str, run_name: str, inits: Output[Dataset]):
         run_name: from `start`; the upload goes to <storage.root>/<run_name>/inits.
         inits: a folder with train.parquet and val.parquet.
     """
-    from sparring import steps
-    from sparring.pipeline_config import PipelineConfig
+    from sparring.pipeline import tasks
+    from sparring.pipeline.config import PipelineConfig
 
-    steps.game_init(PipelineConfig.model_validate_json(config), inits.path, run_name)
+    tasks.game_init(PipelineConfig.model_validate_json(config), inits.path, run_name)

@@ -1,5 +1,5 @@
-"""KFP components that produce the first checkpoint (see sparring.steps.initial_model and
-sparring.steps.warm_start)."""
+"""KFP components that produce the first checkpoint (see sparring.tasks.initial_model and
+sparring.tasks.warm_start)."""
 
 from kfp.dsl import Dataset, Input, Metrics, Model, Output
 
@@ -11,10 +11,10 @@ def initial_model(config: str, model: Output[Model]):
         config: the PipelineConfig as JSON.
         model: the checkpoint folder.
     """
-    from sparring import steps
-    from sparring.pipeline_config import PipelineConfig
+    from sparring.pipeline import tasks
+    from sparring.pipeline.config import PipelineConfig
 
-    steps.initial_model(PipelineConfig.model_validate_json(config), model.path)
+    tasks.initial_model(PipelineConfig.model_validate_json(config), model.path)
 
 
 def warm_start(
@@ -33,10 +33,10 @@ def warm_start(
         model: the warm-started checkpoint.
         metrics: SFT statistics.
     """
-    from sparring import steps
-    from sparring.pipeline_config import PipelineConfig
+    from sparring.pipeline import tasks
+    from sparring.pipeline.config import PipelineConfig
 
     cfg = PipelineConfig.model_validate_json(config)
-    stats = steps.warm_start(cfg, base.path, f"{inits.path}/train.parquet", model.path)
+    stats = tasks.warm_start(cfg, base.path, f"{inits.path}/train.parquet", model.path)
     for name, value in stats.items():
         metrics.log_metric(name, value)

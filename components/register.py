@@ -1,4 +1,4 @@
-"""KFP component: upload, verify and register a checkpoint (see sparring.steps.register)."""
+"""KFP component: upload, verify and register a checkpoint (see sparring.tasks.register)."""
 
 from kfp.dsl import Artifact, Dataset, Input, Metrics, Model
 
@@ -35,13 +35,13 @@ def register(
     """
     import os
 
-    from sparring import steps
-    from sparring.pipeline_config import PipelineConfig
+    from sparring.pipeline import tasks
+    from sparring.pipeline.config import PipelineConfig
 
     metrics = {**rollout_metrics.metadata, **train_metrics.metadata, **eval_metrics.metadata}
     games = f"{samples.path}/games.jsonl"  # a rollout folder; verl-train's data folder has none
     artifacts = [games if os.path.exists(games) else samples.path, evaluation.path]
-    return steps.register(
+    return tasks.register(
         PipelineConfig.model_validate_json(config),
         parent_run_id,
         run_name,

@@ -1,4 +1,4 @@
-"""KFP component: batched self-play rollout (see sparring.steps.rollout)."""
+"""KFP component: batched self-play rollout (see sparring.tasks.rollout)."""
 
 from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
 
@@ -37,13 +37,13 @@ def rollout(
     import os
     import shutil
 
-    from sparring import steps
-    from sparring.pipeline_config import PipelineConfig
+    from sparring.pipeline import tasks
+    from sparring.pipeline.config import PipelineConfig
 
     cfg = PipelineConfig.model_validate_json(config)
     train_inits = f"{inits.path}/train.parquet"
     previous = previous_schedule.path if previous_schedule else None
-    stats = steps.rollout(
+    stats = tasks.rollout(
         cfg, model.path, train_inits, iteration, games, samples.path, run_name, previous
     )
     saved = f"{samples.path}/schedule.json"

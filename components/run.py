@@ -1,4 +1,4 @@
-"""KFP components that open and close a pipeline run (see sparring.steps.start / finish)."""
+"""KFP components that open and close a pipeline run (see sparring.tasks.start / finish)."""
 
 from kfp.dsl import Markdown, Output, OutputPath, PipelineTaskFinalStatus
 
@@ -12,10 +12,10 @@ def start(config: str, job_name: str, run_name: OutputPath(str), parent_run_id: 
         run_name: the run's folder under storage.root and its MLflow run name.
         parent_run_id: the MLflow parent run that the iterations log under.
     """
-    from sparring import steps
-    from sparring.pipeline_config import PipelineConfig
+    from sparring.pipeline import tasks
+    from sparring.pipeline.config import PipelineConfig
 
-    name, run_id = steps.start(PipelineConfig.model_validate_json(config), job_name)
+    name, run_id = tasks.start(PipelineConfig.model_validate_json(config), job_name)
     for path, value in ((run_name, name), (parent_run_id, run_id)):
         with open(path, "w") as f:
             f.write(value)
@@ -31,11 +31,11 @@ def finish(config: str, job_name: str, status: PipelineTaskFinalStatus, summary:
         status: the pipeline's final status, filled in by KFP.
         summary: a Markdown table of every iteration and the champion.
     """
-    from sparring import steps
-    from sparring.pipeline_config import PipelineConfig
+    from sparring.pipeline import tasks
+    from sparring.pipeline.config import PipelineConfig
 
     cfg = PipelineConfig.model_validate_json(config)
-    text = steps.finish(cfg, job_name, failed=status.state != "SUCCEEDED")
+    text = tasks.finish(cfg, job_name, failed=status.state != "SUCCEEDED")
     with open(summary.path, "w") as f:
         f.write(text)
     print(text)

@@ -1,5 +1,5 @@
-"""KFP components: GRPO training on one rollout (see sparring.steps.train), or one whole
-iteration on verl (see sparring.steps.train_verl)."""
+"""KFP components: GRPO training on one rollout (see sparring.tasks.train), or one whole
+iteration on verl (see sparring.tasks.train_verl)."""
 
 from kfp.dsl import Dataset, Input, Metrics, Model, Output
 
@@ -9,7 +9,6 @@ def train(
     model: Input[Model],
     reference: Input[Model],
     samples: Input[Dataset],
-    group_key: str,
     trained: Output[Model],
     metrics: Output[Metrics],
 ):
@@ -20,16 +19,15 @@ def train(
         model: the checkpoint that played the rollout.
         reference: the reference policy for the KL term (the first checkpoint).
         samples: the rollout folder (samples.parquet).
-        group_key: GRPO group key (game, init, role, country, country_phase, batch).
         trained: the new checkpoint.
         metrics: train/* and perf/* statistics.
     """
-    from sparring import steps
-    from sparring.pipeline_config import PipelineConfig
+    from sparring.pipeline import tasks
+    from sparring.pipeline.config import PipelineConfig
 
     cfg = PipelineConfig.model_validate_json(config)
-    stats = steps.train(
-        cfg, model.path, f"{samples.path}/samples.parquet", trained.path, group_key, reference.path
+    stats = tasks.train(
+        cfg, model.path, f"{samples.path}/samples.parquet", trained.path, reference.path
     )
     for name, value in stats.items():
         metrics.log_metric(name, value)
@@ -60,11 +58,11 @@ def train_verl(
         data: verl's dataset rows, agent-loop config, verl.log, merge.log and metrics.jsonl.
         metrics: verl/* (verl's last logged step) and perf/train_seconds.
     """
-    from sparring import steps
-    from sparring.pipeline_config import PipelineConfig
+    from sparring.pipeline.config import PipelineConfig
+    from sparring.verl_backend.task import train_verl
 
     cfg = PipelineConfig.model_validate_json(config)
-    stats = steps.train_verl(
+    stats = train_verl(
         cfg,
         model.path,
         f"{inits.path}/train.parquet",

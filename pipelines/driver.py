@@ -3,12 +3,12 @@
     sparring submit --host http://kfp.example --config configs/pipeline-gpu.yaml
     sparring submit --host http://kfp.example --config configs/pipeline-gpu.yaml --campaign 40 --block 10
 
-A campaign is longer than one pipeline should hold (the unrolled IR grows ~4 KB per
+A campaign is longer than one pipeline should hold (the unrolled IR grows ~26 KB per
 iteration): it submits one run per block of iterations, waits for it, and starts the next
 block from the MLflow champion (`models:/<registered_model>@champion`). Every block shares one
 `run_name`, so the storage layout `<root>/<run>/<iteration>/…` continues across blocks, and
 so does the opponents' difficulty schedule: a block's first rollout reads the schedule.json the
-last rollout stored (sparring.steps.rollout).
+last rollout stored (sparring.pipeline.league).
 """
 
 import tempfile
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sparring.pipelines.selfplay import compile_pipeline
 
-from sparring.pipeline_config import PipelineConfig
+from sparring.pipeline.config import PipelineConfig
 
 
 def submit(client, cfg: PipelineConfig, experiment: str, run_name: str | None = None):

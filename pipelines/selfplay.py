@@ -6,21 +6,21 @@ rollout → train → evaluate → register, unrolled at compile time (KFP v2 ha
 
 `build_pipeline(cfg)` bakes the compile-time choices into the graph: the number of iterations,
 the warm start, images, GPUs, node selectors, tolerations, the S3 Secret, /dev/shm, retries,
-caching. At run time the KFP UI exposes `config` (the whole PipelineConfig as JSON),
-`games_per_iteration` and `group_key`. Each iteration's model is the previous train step's
+caching. At run time the KFP UI exposes `config` (the whole PipelineConfig as JSON) and
+`games_per_iteration`. Each iteration's model is the previous train step's
 output; the first is `config.model` (optionally warm-started by SFT). Each rollout after the
-first gets the previous one's difficulty schedule (`opponents`, sparring.steps.rollout); when
+first gets the previous one's difficulty schedule (`opponents`, sparring.pipeline.league); when
 the pool names earlier checkpoints (`past-<k>`), rollout i also waits for register i-k-1 of the
 smallest k, whose stored checkpoint it loads. With
 `train_backend: verl` an iteration is verl-train → evaluate → register instead: one task on
-`verl.n_gpus_per_node` GPUs plays and trains inside verl (sparring.steps.train_verl). The IR grows by about
-4 KB per iteration: for long campaigns use `pipelines.driver`, one run per block.
+`verl.n_gpus_per_node` GPUs plays and trains inside verl (sparring.verl_backend.task). The IR grows by about
+26 KB per iteration: for long campaigns use `pipelines.driver`, one run per block.
 """
 
 from kfp import dsl, kubernetes
 from sparring.components import make_components
 
-from sparring.pipeline_config import KubernetesSettings, PipelineConfig
+from sparring.pipeline.config import KubernetesSettings, PipelineConfig
 
 S3_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 
@@ -55,7 +55,7 @@ def _accelerated(task: dsl.PipelineTask, gpus: int, k8s: KubernetesSettings) -> 
 
 def build_pipeline(cfg: PipelineConfig):
     """The self-play pipeline function for `cfg` (compile it, run it locally or submit it)."""
-    cfg.train_config(), cfg.train_config(warm_start=True)  # fail now, not in a train task
+    cfg.grpo_config(), cfg.sft_config()  # fail now, not in a train task
     k8s = cfg.kubernetes
     c = make_components(k8s)
 
@@ -70,7 +70,6 @@ def build_pipeline(cfg: PipelineConfig):
     def selfplay_pipeline(
         config: str = defaults,
         games_per_iteration: int = cfg.games_per_iteration,
-        group_key: str = cfg.group_key,
     ):
         job = dsl.PIPELINE_JOB_NAME_PLACEHOLDER
         finish = task(c.finish, "finish", config=config, job_name=job)
@@ -131,7 +130,6 @@ def build_pipeline(cfg: PipelineConfig):
                         model=model,
                         reference=reference,
                         samples=ro.outputs["samples"],
-                        group_key=group_key,
                     )
                     samples, rollout_metrics = ro.outputs["samples"], ro.outputs["metrics"]
                 ev = task(

@@ -6,47 +6,49 @@
 Modes (each a batched rollout of the val states):
     selfplay      the model in every seat
     vs_previous   the model against another checkpoint, once in each seat (seats swapped)
-    vs_scripted   the model against the game's scripted baseline, once in each seat
-                  (Diplomacy: against every scripted bot, see sparring.evaluate_diplomacy)
+    vs_scripted   the model against the game's scripted baseline, once in each seat (or the
+                  game's own `Game.scripted_eval`, e.g. every bot in every seat)
 For every mode and role the model played: mean normalized reward with its standard error,
-agreement rate, invalid-action rate (bad actions / attempts), mean turns and mean words.
+agreement rate, invalid rate (turns with an invalid action / turns attempted), mean turns
+and mean words.
 Metric names: `eval/<mode>/<role>/<metric>` plus `eval/<mode>/all/normalized_reward`.
-Writes metrics.json and rewards.png (per mode and role, with error bars).
+Writes metrics.json, rewards.png (per mode and role, with error bars) and the game's own
+report files (`Game.write_report`).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from sparring.games import GameSpec
 from sparring.generation.base import SamplingParams
 from sparring.rollout import Episode, Policy, RolloutConfig, load_inits, play
 
 MODES = ("selfplay", "vs_previous", "vs_scripted")
-# the default scripted opponent per game
-SCRIPTED = {"matching": "matching-scripted", "diplomacy": "greedy"}
+
+
+def _greedy_rollout() -> RolloutConfig:
+    return RolloutConfig(games_per_init=1, sampling=SamplingParams(temperature=0.0))
 
 
 class EvalConfig(BaseModel):
-    """Settings of one evaluation."""
+    """Settings of one evaluation: which modes, how many val states, and the rollout they use."""
 
-    game: str = "matching"
-    game_params: dict[str, Any] = Field(default_factory=dict)
-    """Must match the rules the val states were generated with."""
+    model_config = ConfigDict(extra="forbid")
+
+    rollout: RolloutConfig = Field(default_factory=_greedy_rollout)
+    """Game, sampling and batching of the eval games (greedy by default, so evaluations are
+    repeatable; `games_per_init` and `seats` are set per mode)."""
     modes: list[str] = Field(default_factory=lambda: list(MODES))
     """Any of selfplay, vs_previous, vs_scripted (vs_previous is skipped without --previous)."""
     num_games: int | None = Field(None, ge=1)
     """Use the first N val states (None = all)."""
     scripted_agent: str | None = None
-    """Opponent for vs_scripted; None = the game's default scripted agent."""
-    sampling: SamplingParams = Field(default_factory=lambda: SamplingParams(temperature=0.0))
-    """Greedy by default, so evaluations are repeatable."""
-    max_batch_size: int = Field(64, ge=1)
-    max_context_tokens: int = Field(4096, ge=64)
+    """Opponent for vs_scripted; None = the game's `default_opponent`."""
 
     @model_validator(mode="after")
     def _check(self) -> EvalConfig:
@@ -54,12 +56,22 @@ class EvalConfig(BaseModel):
         if unknown:
             raise ValueError(f"unknown eval modes {unknown}; choose from {list(MODES)}")
         if "vs_scripted" in self.modes and self.opponent is None:
-            raise ValueError(f"no default scripted agent for {self.game!r}; set scripted_agent")
+            raise ValueError(
+                f"no default scripted agent for {self.game.name!r}; set scripted_agent"
+            )
         return self
 
     @property
+    def game(self) -> GameSpec:
+        return self.rollout.game
+
+    @property
     def opponent(self) -> str | None:
-        return self.scripted_agent or SCRIPTED.get(self.game)
+        return self.scripted_agent or self.game.cls.default_opponent
+
+    def mode_rollout(self, seats: list[str] | None) -> RolloutConfig:
+        """The rollout config of one eval run: every val state once, with these seats."""
+        return self.rollout.model_copy(update={"games_per_init": 1, "seats": seats})
 
 
 def seat_metrics(episodes: list[Episode], seat: int) -> dict[str, float]:
@@ -87,20 +99,18 @@ def evaluate(
     progress: bool = True,
 ) -> tuple[dict[str, float], dict[str, list[Episode]]]:
     """Play every mode; return (flat metrics, episodes per mode) for the model's seats."""
-    from sparring.agents import make_agent
-
     inits = load_inits(inits_path, cfg.num_games)
     metrics: dict[str, float] = {}
     episodes: dict[str, list[Episode]] = {}
     for mode in cfg.modes:
         if mode == "vs_previous" and previous is None:
             continue
-        if mode == "vs_scripted" and cfg.game == "diplomacy":  # every bot x every country
-            from sparring.evaluate_diplomacy import vs_bots
-
-            mode_metrics, episodes[mode] = vs_bots(policy, inits, cfg, progress)
-            metrics |= mode_metrics
-            continue
+        if mode == "vs_scripted":
+            custom = cfg.game.cls.scripted_eval(policy, inits, cfg, progress)
+            if custom is not None:
+                metrics |= custom[0]
+                episodes[mode] = custom[1]
+                continue
         other_name = {"selfplay": "policy", "vs_previous": "previous", "vs_scripted": cfg.opponent}[
             mode
         ]
@@ -108,25 +118,17 @@ def evaluate(
         if mode == "vs_previous":
             policies["previous"] = previous
         elif mode == "vs_scripted":
-            policies[other_name] = make_agent(other_name)
+            policies[other_name] = cfg.game.make_agent(other_name)
         mode_eps: list[Episode] = []
         all_rewards: list[float] = []
         # selfplay: one run, every seat is the model; otherwise one run per model seat.
-        for focal in [None] if mode == "selfplay" else range(_num_seats(cfg)):
+        num_seats = len(cfg.game.cls.roles)
+        for focal in [None] if mode == "selfplay" else range(num_seats):
             seats = None
             if focal is not None:
-                seats = [other_name] * _num_seats(cfg)
+                seats = [other_name] * num_seats
                 seats[focal] = "policy"
-            rcfg = RolloutConfig(
-                game=cfg.game,
-                game_params=cfg.game_params,
-                games_per_init=1,
-                seats=seats,
-                sampling=cfg.sampling,
-                max_batch_size=cfg.max_batch_size,
-                max_context_tokens=cfg.max_context_tokens,
-            )
-            eps = play(inits, policies, rcfg, progress=progress).episodes
+            eps = play(inits, policies, cfg.mode_rollout(seats), progress=progress).episodes
             mode_eps += eps
             for seat in range(len(eps[0].roles)) if focal is None else [focal]:
                 role = eps[0].roles[seat]
@@ -136,12 +138,6 @@ def evaluate(
         metrics[f"eval/{mode}/all/normalized_reward"] = float(np.mean(all_rewards))
         episodes[mode] = mode_eps
     return metrics, episodes
-
-
-def _num_seats(cfg: EvalConfig) -> int:
-    from sparring.games import make_game
-
-    return make_game(cfg.game, **cfg.game_params).num_seats
 
 
 def plot_rewards(metrics: dict[str, float], path: str | Path, title: str = "eval") -> Path:
@@ -168,10 +164,13 @@ def plot_rewards(metrics: dict[str, float], path: str | Path, title: str = "eval
 
 
 def write_eval(
-    metrics: dict[str, float], episodes: dict[str, list[Episode]], out_dir: str | Path
+    metrics: dict[str, float],
+    episodes: dict[str, list[Episode]],
+    out_dir: str | Path,
+    game: GameSpec | None = None,
 ) -> dict[str, Path]:
-    """Write metrics.json, rewards.png and a few sample transcripts (transcripts.json), plus
-    Diplomacy's country_table.md and country_heatmap.png when its per-bot metrics are there."""
+    """Write metrics.json, rewards.png, a few sample transcripts (transcripts.json) and, given
+    the `game`, its own report files (`Game.write_report`)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
@@ -193,10 +192,8 @@ def write_eval(
         "plot": plot_rewards(metrics, out / "rewards.png"),
         "transcripts": out / "transcripts.json",
     }
-    if any(k.endswith("/all/reward_mean") for k in metrics):  # Diplomacy's per-bot metrics
-        from sparring.evaluate_diplomacy import write_country_report
-
-        paths |= write_country_report(metrics, out)
+    if game is not None:
+        paths |= game.cls.write_report(metrics, out)
     return paths
 
 
@@ -211,10 +208,9 @@ def load_and_evaluate(
     """`evaluate` with checkpoints given as paths (or hub names)."""
     from sparring.generation.hf import HFBackend
 
-    policy = HFBackend(model, device=device, max_batch_size=cfg.max_batch_size)
+    batch = cfg.rollout.max_batch_size
+    policy = HFBackend(model, device=device, max_batch_size=batch)
     previous = (
-        HFBackend(previous_model, device=device, max_batch_size=cfg.max_batch_size)
-        if previous_model
-        else None
+        HFBackend(previous_model, device=device, max_batch_size=batch) if previous_model else None
     )
     return evaluate(policy, inits_path, cfg, previous, progress)

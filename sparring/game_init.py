@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 from pydantic import BaseModel, Field
 from tqdm.auto import tqdm
 
-from sparring.games import make_game
+from sparring.games import GameSpec
 
 SPLITS = {"train": 0, "val": 1}
 
@@ -26,10 +25,8 @@ SPLITS = {"train": 0, "val": 1}
 class GameInitConfig(BaseModel):
     """What game-init generates."""
 
-    game: str = "matching"
-    """Registered game name."""
-    game_params: dict[str, Any] = Field(default_factory=dict)
-    """Game parameters, e.g. {k: 4}; the rollout must use the same."""
+    game: GameSpec = Field(default_factory=GameSpec)
+    """The game and its rules; the rollout must use the same."""
     num_train: int = Field(256, ge=0)
     num_val: int = Field(64, ge=0)
     seed: int = 0
@@ -43,7 +40,7 @@ def state_seed(seed: int, split: str, index: int) -> int:
 
 def generate_inits(cfg: GameInitConfig, progress: bool = True) -> pd.DataFrame:
     """All initial states of both splits as one DataFrame."""
-    game = make_game(cfg.game, **cfg.game_params)
+    game = cfg.game.make()
     rows = []
     todo = [("train", i) for i in range(cfg.num_train)] + [("val", i) for i in range(cfg.num_val)]
     for split, i in tqdm(todo, desc="game-init", unit="state", disable=not progress):
@@ -54,8 +51,8 @@ def generate_inits(cfg: GameInitConfig, progress: bool = True) -> pd.DataFrame:
                 "split": split,
                 "index": i,
                 "seed": seed,
-                "game": cfg.game,
-                "params": json.dumps(cfg.game_params, sort_keys=True),
+                "game": cfg.game.name,
+                "params": json.dumps(cfg.game.params, sort_keys=True),
                 "state": json.dumps(game.generate_state(seed)),
             }
         )

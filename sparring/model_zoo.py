@@ -184,6 +184,7 @@ def convert(gguf_file: Path, out: Path) -> int:
         if role in special:
             setattr(tokenizer, f"{role}_token", tokenizer.convert_ids_to_tokens(special[role]))
     tokenizer.model_max_length = model.config.max_position_embeddings
+    tokenizer.clean_up_tokenization_spaces = False  # a BPE tokenizer: decode must not edit text
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     return sum(p.numel() for p in model.parameters())

@@ -22,8 +22,7 @@ import pandas as pd
 from pydantic import BaseModel, Field, model_validator
 from tqdm.auto import tqdm
 
-from sparring.agents import Agent, make_agent
-from sparring.games import Game, make_game
+from sparring.games import Agent, Game, GameSpec, game_class
 from sparring.generation.base import GenerationBackend, SamplingParams
 from sparring.generation.factory import BackendConfig, make_backend
 from sparring.samples import TokenTrace, sample_row, write_samples
@@ -34,10 +33,8 @@ Policy = GenerationBackend | Agent
 class RolloutConfig(BaseModel):
     """Settings of one rollout step."""
 
-    game: str = "matching"
-    """Registered game name (see sparring.games.GAMES)."""
-    game_params: dict[str, Any] = Field(default_factory=dict)
-    """Game rule parameters, e.g. {k: 4, max_turns: 30}; must match game-init's."""
+    game: GameSpec = Field(default_factory=GameSpec)
+    """The game and its rules; must match game-init's."""
     games_per_init: int = Field(2, ge=1)
     """Plays of each initial state (GRPO group size for the `init` key)."""
     seats: list[str] | None = None
@@ -95,32 +92,47 @@ class RolloutResult:
     generated_tokens: int
 
 
-def _finish(
-    game: Game, game_id: str, init_id: str, state: dict, seats: list[str], truncated: bool
-) -> Episode:
-    stats = game.stats
-    keys = [
-        game.group_keys(s) if hasattr(game, "group_keys") else {} for s in range(game.num_seats)
-    ]
-    return Episode(
-        game_id=game_id,
-        init_id=init_id,
-        game_name=game.name,
-        seed=int(state.get("seed", -1)),
-        roles=list(game.roles),
-        seat_policies=list(seats),
-        state=state,
-        rewards=list(game.rewards),
-        num_turns=game.num_turns,
-        invalid_actions=list(stats.invalid_actions),
-        forfeits=list(stats.forfeits),
-        words=list(stats.words),
-        transcript=[asdict(t) for t in game.transcript],
-        messages=[game.messages(s) for s in range(game.num_seats)],
-        outcome=game.outcome(),
-        group_keys=keys,
-        truncated=truncated,
-    )
+@dataclass
+class LiveGame:
+    """One game in flight: its ids, who sits where, and each seat's token trace."""
+
+    game: Game
+    game_id: str  # "<init_id>#<play>"
+    init_id: str
+    state: dict[str, Any]
+    seats: list[str]  # policy name per seat
+    traces: list[TokenTrace | None]  # per seat; None = no samples for that seat
+    truncated: bool = False  # a prompt outgrew max_context_tokens: the game ends (no deal)
+
+    @property
+    def over(self) -> bool:
+        return self.game.done or self.truncated
+
+    def session(self, seat: int) -> str:
+        """The backend's KV-cache key of one seat."""
+        return f"{self.game_id}/{seat}"
+
+    def episode(self) -> Episode:
+        game, stats = self.game, self.game.stats
+        return Episode(
+            game_id=self.game_id,
+            init_id=self.init_id,
+            game_name=game.name,
+            seed=int(self.state.get("seed", -1)),
+            roles=list(game.roles),
+            seat_policies=list(self.seats),
+            state=self.state,
+            rewards=list(game.rewards),
+            num_turns=game.num_turns,
+            invalid_actions=list(stats.invalid_actions),
+            forfeits=list(stats.forfeits),
+            words=list(stats.words),
+            transcript=[asdict(t) for t in game.transcript],
+            messages=[game.messages(s) for s in range(game.num_seats)],
+            outcome=game.outcome(),
+            group_keys=[game.group_keys(s) for s in range(game.num_seats)],
+            truncated=self.truncated,
+        )
 
 
 def play(
@@ -134,7 +146,7 @@ def play(
     """Play every (init_id, state) `cfg.games_per_init` times with the given seat policies.
 
     `seat_plan[i]` overrides `cfg.seats` for the games of `inits[i]` (e.g. a learner against
-    per-country opponents). Samples are built for model seats; pass `scripted_tokenizer` to
+    per-role opponents). Samples are built for model seats; pass `scripted_tokenizer` to
     build them for scripted seats too (warm-start data for SFT).
     """
     t0 = time.perf_counter()
@@ -142,38 +154,28 @@ def play(
         raise ValueError("no initial states to play")
     if seat_plan is not None and len(seat_plan) != len(inits):
         raise ValueError(f"seat_plan has {len(seat_plan)} entries for {len(inits)} initial states")
-    games: list[Game] = []
-    meta: list[tuple[str, str, dict]] = []
-    seating: list[list[str]] = []  # policy name per seat, per game
-    for i, (init_id, state) in enumerate(inits):
-        for g in range(cfg.games_per_init):
-            game = make_game(cfg.game, **cfg.game_params)
-            game.reset(state)
-            seats = (seat_plan[i] if seat_plan else cfg.seats) or ["policy"] * game.num_seats
-            if len(seats) != game.num_seats:
-                raise ValueError(
-                    f"{cfg.game} has {game.num_seats} seats but {len(seats)} are seated"
-                )
-            games.append(game)
-            meta.append((f"{init_id}#{g}", init_id, state))
-            seating.append(list(seats))
-    unknown = sorted({p for seats in seating for p in seats} - set(policies))
-    if unknown:
-        raise ValueError(
-            f"seats name policies {unknown} that were not provided ({sorted(policies)})"
+    live = [
+        _start(
+            cfg,
+            init_id,
+            state,
+            g,
+            seat_plan[i] if seat_plan else cfg.seats,
+            policies,
+            scripted_tokenizer,
         )
-    traces = [[_trace(policies[p], scripted_tokenizer) for p in seats] for seats in seating]
+        for i, (init_id, state) in enumerate(inits)
+        for g in range(cfg.games_per_init)
+    ]
     backends = {n for n, p in policies.items() if isinstance(p, GenerationBackend)}
-    truncated = [False] * len(games)
     calls = step = 0
-    bar = tqdm(total=len(games), desc="games", unit="game", disable=not progress)
-    done = [False] * len(games)
-    while not all(done):
-        turns: dict[str, list[tuple[int, int]]] = {}
-        for gi, game in enumerate(games):
-            if not done[gi]:
-                for seat in game.pending_seats:
-                    turns.setdefault(seating[gi][seat], []).append((gi, seat))
+    bar = tqdm(total=len(live), desc="games", unit="game", disable=not progress)
+    running = list(live)
+    while running:
+        turns: dict[str, list[tuple[LiveGame, int]]] = {}  # policy name -> its pending turns
+        for lg in running:
+            for seat in lg.game.pending_seats:
+                turns.setdefault(lg.seats[seat], []).append((lg, seat))
         sampling = cfg.sampling
         if sampling.seed is not None:  # a distinct, reproducible seed for every step
             sampling = sampling.model_copy(update={"seed": sampling.seed * 100_003 + step})
@@ -181,32 +183,50 @@ def play(
         for name, todo in turns.items():
             policy = policies[name]
             if isinstance(policy, GenerationBackend):
-                calls += _model_turns(
-                    policy, todo, games, meta, traces, truncated, cfg.max_context_tokens, sampling
-                )
+                calls += _model_turns(policy, todo, cfg.max_context_tokens, sampling)
             else:
-                for gi, seat in todo:
-                    _scripted_turn(policy, games[gi], seat, traces[gi][seat])
-        for gi, game in enumerate(games):
-            if not done[gi] and (game.done or truncated[gi]):
-                done[gi] = True
-                bar.update(1)
-                for p in set(seating[gi]) & backends:
-                    policies[p].release([f"{meta[gi][0]}/{s}" for s in range(game.num_seats)])
+                for lg, seat in todo:
+                    _scripted_turn(policy, lg, seat)
+        for lg in [lg for lg in running if lg.over]:
+            running.remove(lg)
+            bar.update(1)
+            for name in set(lg.seats) & backends:
+                policies[name].release([lg.session(s) for s in range(lg.game.num_seats)])
     bar.close()
-    episodes = [
-        _finish(g, *m, seats, t)
-        for g, m, seats, t in zip(games, meta, seating, truncated, strict=True)
-    ]
+    episodes = [lg.episode() for lg in live]
     samples = [
         row
-        for ep, trace_row in zip(episodes, traces, strict=True)
-        for seat, trace in enumerate(trace_row)
+        for lg, ep in zip(live, episodes, strict=True)
+        for seat, trace in enumerate(lg.traces)
         if trace is not None and (row := sample_row(ep, seat, trace)) is not None
     ]
     distinct = {id(p): p for p in policies.values()}.values()  # names may share a backend
     tokens = sum(getattr(p, "generated_tokens", 0) for p in distinct)
     return RolloutResult(episodes, samples, time.perf_counter() - t0, calls, tokens)
+
+
+def _start(
+    cfg: RolloutConfig,
+    init_id: str,
+    state: dict[str, Any],
+    play_index: int,
+    seats: list[str] | None,
+    policies: dict[str, Policy],
+    scripted_tokenizer: Any,
+) -> LiveGame:
+    """A fresh game from `state`, seated, with a token trace per sampled seat."""
+    game = cfg.game.make()
+    game.reset(state)
+    seats = list(seats or ["policy"] * game.num_seats)
+    if len(seats) != game.num_seats:
+        raise ValueError(f"{cfg.game.name} has {game.num_seats} seats but {len(seats)} are seated")
+    unknown = sorted(set(seats) - set(policies))
+    if unknown:
+        raise ValueError(
+            f"seats name policies {unknown} that were not provided ({sorted(policies)})"
+        )
+    traces = [_trace(policies[p], scripted_tokenizer) for p in seats]
+    return LiveGame(game, f"{init_id}#{play_index}", init_id, state, seats, traces)
 
 
 def _trace(policy: Policy, scripted_tokenizer: Any) -> TokenTrace | None:
@@ -215,48 +235,42 @@ def _trace(policy: Policy, scripted_tokenizer: Any) -> TokenTrace | None:
     return TokenTrace(scripted_tokenizer) if scripted_tokenizer is not None else None
 
 
-def _scripted_turn(agent: Agent, game: Game, seat: int, trace: TokenTrace | None) -> None:
+def _scripted_turn(agent: Agent, lg: LiveGame, seat: int) -> None:
+    trace = lg.traces[seat]
     if trace is not None:
-        trace.prompt(game.messages(seat))
-    text = agent.act(game, seat)
-    game.step(seat, text)
+        trace.prompt(lg.game.messages(seat))
+    text = agent.act(lg.game, seat)
+    lg.game.step(seat, text)
     if trace is not None:
-        trace.reply(_through_reply(game.messages(seat), text), None)
+        trace.reply(_through_reply(lg.game.messages(seat), text), None)
 
 
 def _model_turns(
     backend: GenerationBackend,
-    todo: list[tuple[int, int]],
-    games: list[Game],
-    meta: list[tuple],
-    traces: list[list[TokenTrace | None]],
-    truncated: list[bool],
+    todo: list[tuple[LiveGame, int]],
     max_context: int,
     sampling: SamplingParams,
 ) -> int:
     """Answer all of one model's pending turns with a single batched generate call."""
-    prompts, live = [], []
-    for gi, seat in todo:
-        if truncated[gi]:
+    prompts, asked = [], []
+    for lg, seat in todo:
+        if lg.truncated:
             continue
-        ids = traces[gi][seat].prompt(games[gi].messages(seat))
+        ids = lg.traces[seat].prompt(lg.game.messages(seat))
         if len(ids) + sampling.max_new_tokens > max_context:
-            truncated[gi] = True
+            lg.truncated = True
             continue
         prompts.append(ids)
-        live.append((gi, seat))
+        asked.append((lg, seat))
     if not prompts:
         return 0
-    for (gi, seat), out in zip(
-        live,
-        backend.generate(prompts, sampling, [f"{meta[gi][0]}/{seat}" for gi, seat in live]),
-        strict=True,
-    ):
-        if truncated[gi]:
+    sessions = [lg.session(seat) for lg, seat in asked]
+    for (lg, seat), out in zip(asked, backend.generate(prompts, sampling, sessions), strict=True):
+        if lg.truncated:  # another seat of this game outgrew the context in this call
             continue
-        games[gi].step(seat, out.text)
+        lg.game.step(seat, out.text)
         # The game appended our text as the seat's last assistant message; record its ids.
-        traces[gi][seat].reply(_through_reply(games[gi].messages(seat), out.text), out.token_ids)
+        lg.traces[seat].reply(_through_reply(lg.game.messages(seat), out.text), out.token_ids)
     return 1
 
 
@@ -290,24 +304,24 @@ def write_outputs(result: RolloutResult, out_dir: str | Path) -> dict[str, Path]
     return paths
 
 
-def rollout_stats(result: RolloutResult) -> dict[str, float]:
-    """The `rollout/*` and `perf/*` metrics of one rollout; for Diplomacy also seed 001's
-    per-country metrics of the learner's seats, `rollout/country/<C>/*` (sparring.country_metrics)."""
+def rollout_stats(result: RolloutResult, learner: str = "policy") -> dict[str, float]:
+    """The `rollout/*` and `perf/*` metrics of one rollout. Reward, invalid rate and the
+    game's own `episode_metrics` cover the seats `learner` played (all seats in self-play)."""
     eps = result.episodes
     n = max(len(eps), 1)
-    seats = sum(len(e.rewards) for e in eps) or 1
-    per_country = {}
-    if eps and "power_stats" in eps[0].outcome:
-        from sparring.country_metrics import country_metrics
-
-        episodes = (asdict(e) for e in eps)
-        per_country = {f"rollout/{k}": v for k, v in country_metrics(episodes, "policy").items()}
-    return per_country | {
+    seats = [(e, s) for e in eps for s, p in enumerate(e.seat_policies) if p == learner]
+    rewards = [e.rewards[s] for e, s in seats]
+    attempts = sum(1 for e, s in seats for t in e.transcript if t["seat"] == s)
+    extra = {}
+    if eps:
+        episodes = [asdict(e) for e in eps]
+        extra = game_class(eps[0].game_name).episode_metrics(episodes, learner)
+    return {f"rollout/{k}": v for k, v in extra.items()} | {
         "rollout/games": len(eps),
-        "rollout/normalized_reward": sum(e.rewards[0] for e in eps) / n,
+        "rollout/normalized_reward": sum(rewards) / max(len(rewards), 1),
         "rollout/agreement_rate": sum(bool(e.outcome.get("agreed")) for e in eps) / n,
         "rollout/turns": sum(e.num_turns for e in eps) / n,
-        "rollout/invalid_per_seat": sum(sum(e.invalid_actions) for e in eps) / seats,
+        "rollout/invalid_rate": sum(e.invalid_actions[s] for e, s in seats) / max(attempts, 1),
         "rollout/truncated": sum(e.truncated for e in eps) / n,
         "perf/rollout_seconds": result.seconds,
         "perf/games_per_second": len(eps) / max(result.seconds, 1e-9),
@@ -318,6 +332,7 @@ def rollout_stats(result: RolloutResult) -> dict[str, float]:
 
 
 def build_policies(
+    game: GameSpec,
     model: str | None,
     seats: list[str] | None,
     device: str = "auto",
@@ -326,7 +341,7 @@ def build_policies(
     backend: BackendConfig | None = None,
 ) -> dict[str, Policy]:
     """Policies for a rollout: `policy` = the model on `backend` (default hf); any other seat
-    name is a scripted agent registered in sparring.agents, or a key of `extra_models`
+    name is one of the game's scripted agents (`Game.agents`), or a key of `extra_models`
     (name -> checkpoint path, always on hf: opponents from the pool are small side batches).
     Names with the same checkpoint path share one loaded model."""
     from sparring.generation.hf import HFBackend
@@ -345,5 +360,5 @@ def build_policies(
                 loaded[path] = HFBackend(path, device=device, max_batch_size=max_batch_size)
             policies[name] = loaded[path]
         else:
-            policies[name] = make_agent(name)
+            policies[name] = game.make_agent(name)
     return policies

@@ -22,11 +22,14 @@ One samples row per (game, seat):
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from sparring.games import GameSpec
 
 
 class TemplateError(ValueError):
@@ -131,6 +134,27 @@ def sample_row(episode: Any, seat: int, trace: TokenTrace) -> dict[str, Any] | N
         "num_turns": episode.num_turns,
         "invalid_actions": episode.invalid_actions[seat],
     }
+
+
+GENERIC_GROUP_KEYS = ("game", "init", "role", "batch")
+"""Group keys every game has: both seats of one game, every play of one initial state, every
+episode of one seat (role), and one group for the whole batch."""
+
+
+def check_group_key(game: GameSpec, key: str) -> str:
+    """`key` if `game`'s samples carry it (or it is `batch`), its new name if it is a
+    deprecated alias; else a ValueError naming the valid keys."""
+    cls = game.cls
+    if key in cls.group_key_aliases:
+        new = cls.group_key_aliases[key]
+        warnings.warn(
+            f"group key {key!r} is deprecated; use {new!r}", DeprecationWarning, stacklevel=2
+        )
+        key = new
+    valid = (*GENERIC_GROUP_KEYS, *cls.extra_group_keys)
+    if key not in valid:
+        raise ValueError(f"unknown group key {key!r} for {game.name}; choose from {list(valid)}")
+    return key
 
 
 def write_samples(rows: list[dict[str, Any]], path: str | Path) -> Path:

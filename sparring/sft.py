@@ -20,7 +20,7 @@ from sparring import grpo
 from sparring.generation.hf import pick_device
 from sparring.train import (
     Batch,
-    TrainConfig,
+    OptimConfig,
     TrainStats,
     collate,
     load_model,
@@ -30,6 +30,12 @@ from sparring.train import (
     schedule,
     token_log_probs,
 )
+
+
+class SFTConfig(OptimConfig):
+    """Hyperparameters of one SFT run (every samples row is trained, whoever played it)."""
+
+    lr: float = 1e-4  # higher than GRPO's: a warm start moves a model far from its start
 
 
 def sft_loss(model, mb: Batch, rows: list[int], actor_cfg) -> tuple[torch.Tensor, dict]:
@@ -44,17 +50,19 @@ def sft(
     model_path: str | Path,
     samples_paths: list[str | Path],
     out_dir: str | Path,
-    cfg: TrainConfig | None = None,
+    cfg: SFTConfig | None = None,
 ) -> TrainStats:
     """Fine-tune `model_path` on every row of the samples (whatever policy played it, e.g.
     scripted self-play); saves a HF checkpoint and metrics.json to `out_dir`."""
-    cfg = (cfg or TrainConfig()).model_copy(update={"policy": None})
+    cfg = cfg or SFTConfig()
     torch.manual_seed(cfg.seed)
     device = pick_device(cfg.device)
-    df = load_samples(samples_paths, cfg.policy)
+    df = load_samples(samples_paths, policy=None)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     batch = collate(df, tokenizer.pad_token_id, cfg.max_seq_len)
     model = load_model(model_path, device)
-    metrics = optimize(model, batch, schedule(len(batch), cfg), cfg, device, sft_loss, desc="sft")
+    actor_cfg = grpo.actor_config(0.2, None, cfg.loss_agg_mode)  # only its loss aggregation
+    plan = schedule(len(batch), cfg)
+    metrics = optimize(model, batch, plan, cfg, device, sft_loss, "sft", actor_cfg)
     metrics["train/samples"] = float(len(df))
     return TrainStats(save_checkpoint(model, tokenizer, out_dir, metrics), metrics)

@@ -354,11 +354,6 @@ def upload_dir(
     return entries
 
 
-def read_manifest(uri: str, config: StorageConfig | None = None) -> list[FileEntry]:
-    """The manifest's entries; VerifyError if there is none (an interrupted or foreign upload)."""
-    return _manifest(_open_store(uri, config))
-
-
 def read_text(uri: str, rel: str, config: StorageConfig | None = None) -> str | None:
     """The text of the file `rel` under `uri`; None if there is none."""
     return _open_store(uri, config).read_text(rel)

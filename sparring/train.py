@@ -27,12 +27,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
 import torch
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -41,33 +41,27 @@ from sparring.generation.hf import pick_device
 from sparring.samples import read_samples
 
 
-class TrainConfig(BaseModel):
-    """Hyperparameters of one GRPO (or SFT) update."""
+class OptimConfig(BaseModel):
+    """Optimizer and batching settings shared by GRPO (`GRPOConfig`) and SFT (`SFTConfig`)."""
 
-    group_key: str = "init"  # GRPO group: game, init, role, country, batch, or any samples column
-    norm_adv_by_std: bool = True  # divide by the group std (GRPO); False = Dr. GRPO (centre only)
-    singleton_groups: Literal["zero", "batch"] = "zero"  # size-1 groups: see sparring.grpo
+    model_config = ConfigDict(extra="forbid")
+
     lr: float = Field(1e-5, gt=0)  # AdamW learning rate
     weight_decay: float = Field(0.0, ge=0)  # AdamW decoupled weight decay
     lr_schedule: Literal["constant", "cosine"] = "constant"  # cosine decays to 0 over the update
     epochs: int = Field(1, ge=1)  # passes over the batch: PPO epochs (GRPO), data epochs (SFT)
     mini_batch_size: int = Field(32, ge=1)  # sequences per optimizer step
     micro_batch_size: int = Field(8, ge=1)  # sequences per forward/backward (grad accumulation)
-    clip_ratio: float = Field(0.2, gt=0, lt=1)  # PPO clip epsilon (lower side)
-    clip_ratio_high: float | None = Field(None, gt=0)  # upper clip epsilon; None = clip_ratio
     loss_agg_mode: str = "token-mean"  # verl agg_loss mode, one of sparring.grpo.LOSS_AGG_MODES
-    kl_coef: float = Field(0.0, ge=0)  # weight of KL(policy || reference); 0 = no reference
-    kl_type: str = "low_var_kl"  # verl kl_penalty: kl/k1, abs, mse/k2, low_var_kl/k3 (+ suffix ok)
-    entropy_coef: float = Field(0.0, ge=0)  # entropy bonus weight (entropy is logged either way)
     max_grad_norm: float = Field(1.0, gt=0)  # clip the global grad norm to this
-    max_seq_len: int | None = Field(None, ge=16)  # cut longer rows (their reward token is lost)
-    policy: str | None = "policy"  # GRPO trains rows whose `policy` is this (None = all); SFT all
+    # Longer rows are cut; a row whose reward token is cut off is dropped (`train/dropped_rows`).
+    max_seq_len: int | None = Field(None, ge=16)
     seed: int = 0  # mini-batch shuffling and torch seed
     device: str = "auto"  # cpu, cuda, cuda:N or auto
     bf16: bool = True  # bfloat16 autocast on CUDA (ignored on CPU)
 
     @model_validator(mode="after")
-    def _check(self) -> TrainConfig:
+    def _check_batches(self) -> OptimConfig:
         if self.micro_batch_size > self.mini_batch_size:
             raise ValueError(
                 f"micro_batch_size ({self.micro_batch_size}) must be <= mini_batch_size "
@@ -77,11 +71,35 @@ class TrainConfig(BaseModel):
             raise ValueError(
                 f"unknown loss_agg_mode {self.loss_agg_mode!r}; choose from {grpo.LOSS_AGG_MODES}"
             )
+        return self
+
+
+class GRPOConfig(OptimConfig):
+    """Hyperparameters of one GRPO update. The defaults are the recommended values."""
+
+    group_key: str = "init"  # GRPO group: game, init, role, batch, a game's own key, any column
+    norm_adv_by_std: bool = True  # divide by the group std (GRPO); False = Dr. GRPO (centre only)
+    singleton_groups: Literal["zero", "batch"] = "zero"  # size-1 groups: see sparring.grpo
+    clip_ratio: float = Field(0.2, gt=0, lt=1)  # PPO clip epsilon (lower side)
+    clip_ratio_high: float | None = Field(None, gt=0)  # upper clip epsilon; None = clip_ratio
+    # seq-mean-token-mean: every sequence weighs the same. token-mean lets long failed games
+    # outweigh short wins (docs/results.md measures it).
+    loss_agg_mode: str = "seq-mean-token-mean"
+    kl_coef: float = Field(0.0, ge=0)  # weight of KL(policy || reference); 0 = no reference
+    kl_type: str = "low_var_kl"  # verl kl_penalty: kl/k1, abs, mse/k2, low_var_kl/k3 (+ suffix ok)
+    entropy_coef: float = Field(0.0, ge=0)  # entropy bonus weight (entropy is logged either way)
+    policy: str | None = "policy"  # train the rows whose `policy` is this (None = all)
+
+    @model_validator(mode="after")
+    def _check(self) -> GRPOConfig:
         if self.kl_type.removesuffix("+") not in grpo.KL_TYPES:
             raise ValueError(f"unknown kl_type {self.kl_type!r}; choose from {grpo.KL_TYPES}")
         if self.group_key.strip() != self.group_key or not self.group_key:
             raise ValueError(f"group_key {self.group_key!r} must be a column name or 'batch'")
         return self
+
+    def actor(self):  # -> verl ActorConfig
+        return grpo.actor_config(self.clip_ratio, self.clip_ratio_high, self.loss_agg_mode)
 
 
 @dataclass
@@ -144,6 +162,22 @@ def load_samples(paths: list[str | Path], policy: str | None) -> pd.DataFrame:
     return df
 
 
+def drop_cut_rewards(df: pd.DataFrame, max_len: int | None) -> tuple[pd.DataFrame, int]:
+    """Rows whose reward token survives a cut to `max_len` tokens, and how many were dropped.
+
+    A row cut before its last own token would train as a zero-reward sample; it is dropped.
+    """
+    if max_len is None:
+        return df, 0
+    keep = [max(np.flatnonzero(np.asarray(m)), default=-1) < max_len for m in df.assistant_mask]
+    kept = df[keep].reset_index(drop=True)
+    if kept.empty:
+        raise ValueError(
+            f"every sample's last reply ends beyond max_seq_len={max_len}; raise max_seq_len"
+        )
+    return kept, len(df) - len(kept)
+
+
 def collate(df: pd.DataFrame, pad_id: int | None, max_len: int | None = None) -> Batch:
     """Right-pad `input_ids`, `assistant_mask`, `token_rewards` into a `Batch`."""
     rows = list(zip(df.input_ids, df.assistant_mask, df.token_rewards, strict=True))
@@ -191,7 +225,7 @@ def token_log_probs(
     return log_prob, entropy
 
 
-def batched_log_probs(model, batch: Batch, rows, cfg: TrainConfig, device) -> torch.Tensor:
+def batched_log_probs(model, batch: Batch, rows, cfg: OptimConfig, device) -> torch.Tensor:
     """No-grad log-probs of `rows` in micro-batches, right-padded to (len(rows), T-1) on CPU."""
     rows = list(rows)
     out = torch.zeros(len(rows), batch.response_mask.shape[1])  # (R, T-1)
@@ -203,7 +237,7 @@ def batched_log_probs(model, batch: Batch, rows, cfg: TrainConfig, device) -> to
     return out
 
 
-def schedule(n: int, cfg: TrainConfig) -> list[list[int]]:
+def schedule(n: int, cfg: OptimConfig) -> list[list[int]]:
     """Row indices of every optimizer step: `epochs` shuffled passes in mini-batches."""
     gen = torch.Generator().manual_seed(cfg.seed)
     perms = [torch.randperm(n, generator=gen).tolist() for _ in range(cfg.epochs)]
@@ -217,18 +251,19 @@ def optimize(
     model,
     batch: Batch,
     plan: list[list[int]],
-    cfg: TrainConfig,
+    cfg: OptimConfig,
     device: torch.device,
     micro_loss: MicroLoss,
     desc: str,
+    actor_cfg: Any,
 ) -> dict[str, float]:
     """AdamW steps over the mini-batches in `plan`, accumulating grads over micro-batches.
 
     `micro_loss(model, micro_batch, rows, actor_cfg)` returns (loss, diagnostics). Losses are
-    aggregated with verl's `agg_loss` against the whole mini-batch (`actor_cfg.
-    global_batch_info`), so the accumulated gradient is the mini-batch loss's gradient.
+    aggregated with verl's `agg_loss` against the whole mini-batch (`actor_cfg`, a verl
+    `ActorConfig`, whose `global_batch_info` is set per mini-batch), so the accumulated
+    gradient is the mini-batch loss's gradient.
     """
-    actor_cfg = grpo.actor_config(cfg.clip_ratio, cfg.clip_ratio_high, cfg.loss_agg_mode)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
     def lr_factor(step: int) -> float:
@@ -291,7 +326,7 @@ def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
         yield items[i : i + size]
 
 
-def _autocast(cfg: TrainConfig, device: torch.device):
+def _autocast(cfg: OptimConfig, device: torch.device):
     """bf16 autocast on CUDA when `cfg.bf16`, a no-op elsewhere."""
     enabled = cfg.bf16 and device.type == "cuda" and torch.cuda.is_bf16_supported()
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
@@ -300,7 +335,7 @@ def _autocast(cfg: TrainConfig, device: torch.device):
 STANDARD_KEYS = ("game", "init", "role", "batch")
 
 
-def advantages_for(df: pd.DataFrame, batch: Batch, cfg: TrainConfig):
+def advantages_for(df: pd.DataFrame, batch: Batch, cfg: GRPOConfig):
     """Step 4: advantages (B, T-1) under `cfg.group_key`, and their stats for every group key.
 
     Raises NoSignalError (naming what to change) when all advantages are zero.
@@ -337,7 +372,7 @@ def grpo_update(
     model: torch.nn.Module,
     batch: Batch,
     advantages: torch.Tensor,  # (B, T-1)
-    cfg: TrainConfig,
+    cfg: GRPOConfig,
     device: torch.device,
     ref_model: torch.nn.Module | None = None,
 ) -> dict[str, float]:
@@ -375,32 +410,33 @@ def grpo_update(
         return loss, diag
 
     # 5. PPO epochs
-    return optimize(model, batch, plan, cfg, device, micro_loss, desc="grpo")
+    return optimize(model, batch, plan, cfg, device, micro_loss, "grpo", cfg.actor())
 
 
 def train(
     model_path: str | Path,
     samples_paths: list[str | Path],
     out_dir: str | Path,
-    cfg: TrainConfig | None = None,
+    cfg: GRPOConfig | None = None,
     ref_model_path: str | Path | None = None,
 ) -> TrainStats:
     """One GRPO update of `model_path` on rollout samples; writes a checkpoint to `out_dir`.
 
     The reference policy for KL is `ref_model_path` if given, else `model_path` itself.
     """
-    cfg = cfg or TrainConfig()
+    cfg = cfg or GRPOConfig()
     if ref_model_path is not None and cfg.kl_coef == 0:
         raise ValueError("a reference model is only used when kl_coef > 0; set kl_coef or drop it")
     torch.manual_seed(cfg.seed)
     device = pick_device(cfg.device)
     # 1. samples -> tensors
-    df = load_samples(samples_paths, cfg.policy)
+    df, dropped = drop_cut_rewards(load_samples(samples_paths, cfg.policy), cfg.max_seq_len)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     batch = collate(df, tokenizer.pad_token_id, cfg.max_seq_len)
     # 4. advantages first: cheap, and fail fast when there is nothing to learn
     advantages, metrics = advantages_for(df, batch, cfg)
     metrics["train/samples"] = float(len(df))
+    metrics["train/dropped_rows"] = float(dropped)
     model = load_model(model_path, device)
     ref_model = load_model(ref_model_path, device, trainable=False) if ref_model_path else None
     metrics |= grpo_update(model, batch, advantages, cfg, device, ref_model)

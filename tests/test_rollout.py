@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 from transformers import AutoTokenizer
 
-from sparring.agents import make_agent
 from sparring.game_init import GameInitConfig, write_inits
+from sparring.games.matching import MatchingGame
 from sparring.generation.base import SamplingParams
 from sparring.generation.hf import HFBackend
 from sparring.rollout import RolloutConfig, build_policies, load_inits, play, write_outputs
@@ -20,7 +20,8 @@ GAME = {"k": 3, "max_turns": 4}
 @pytest.fixture(scope="module")
 def inits(tmp_path_factory):
     paths = write_inits(
-        GameInitConfig(game_params=GAME, num_train=4, num_val=2), tmp_path_factory.mktemp("inits")
+        GameInitConfig(game={"params": GAME}, num_train=4, num_val=2),
+        tmp_path_factory.mktemp("inits"),
     )
     return load_inits(paths["train"])
 
@@ -32,7 +33,7 @@ def backend(tiny_model_dir):
 
 def config(**kw) -> RolloutConfig:
     sampling = kw.pop("sampling", SamplingParams(temperature=1.0, max_new_tokens=12, seed=0))
-    return RolloutConfig(game_params=GAME, games_per_init=2, sampling=sampling, **kw)
+    return RolloutConfig(game={"params": GAME}, games_per_init=2, sampling=sampling, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +96,10 @@ def test_model_tokens_match_the_chat_template_outside_replies(result, backend):
 
 def test_scripted_turns_tokenize_exactly_like_the_chat_template(inits, tiny_model_dir):
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    agent = make_agent("matching-scripted")
-    cfg = RolloutConfig(game_params={"k": 3}, games_per_init=1, seats=["matching-scripted"] * 2)
+    agent = MatchingGame.make_agent("matching-scripted")
+    cfg = RolloutConfig(
+        game={"params": {"k": 3}}, games_per_init=1, seats=["matching-scripted"] * 2
+    )
     res = play(inits, {"matching-scripted": agent}, cfg, progress=False, scripted_tokenizer=tok)
     assert len(res.samples) == 8
     for row in res.samples:
@@ -123,7 +126,7 @@ def test_mixed_seats_model_against_scripted(inits, backend):
     cfg = config(seats=["policy", "matching-scripted"])
     res = play(
         inits,
-        {"policy": backend, "matching-scripted": make_agent("matching-scripted")},
+        {"policy": backend, "matching-scripted": MatchingGame.make_agent("matching-scripted")},
         cfg,
         progress=False,
     )

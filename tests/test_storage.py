@@ -9,7 +9,7 @@ from unittest import mock
 
 import pytest
 
-from sparring.s3server import free_ports
+from sparring.dev.s3server import free_ports
 from sparring.storage import (
     MANIFEST,
     BucketNotFoundError,

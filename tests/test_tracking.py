@@ -17,7 +17,7 @@ import pytest
 import requests
 from test_storage import make_checkpoint, recording_put, s3_config
 
-from sparring.s3server import free_ports
+from sparring.dev.s3server import free_ports
 from sparring.storage import (
     S3AuthError,
     S3UnreachableError,

@@ -12,8 +12,8 @@ from sample_frames import make_samples
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from sparring.train import (
+    GRPOConfig,
     NoSignalError,
-    TrainConfig,
     advantages_for,
     collate,
     grpo_update,
@@ -57,14 +57,14 @@ def own_log_prob(model, batch) -> torch.Tensor:
 )
 def test_bad_configs_fail_clearly(overrides, message):
     with pytest.raises(ValidationError, match=message):
-        TrainConfig(**overrides)
+        GRPOConfig(**overrides)
 
 
 def test_bad_samples_fail_clearly(tiny_model_dir, tokenizer, tmp_path):
     df = make_samples(tokenizer, [1.0, 0.0, 0.5, 0.5])
 
     def run(df, **kw):
-        return train(tiny_model_dir, [write(df, tmp_path)], tmp_path / "out", TrainConfig(**kw))
+        return train(tiny_model_dir, [write(df, tmp_path)], tmp_path / "out", GRPOConfig(**kw))
 
     with pytest.raises(ValueError, match=r"lack columns \['assistant_mask'\]"):
         run(df.drop(columns="assistant_mask"))
@@ -87,7 +87,7 @@ def test_bad_samples_fail_clearly(tiny_model_dir, tokenizer, tmp_path):
 def test_one_step_widens_the_gap_between_positive_and_negative_log_prob(tiny_model_dir, tokenizer):
     # rows 0 and 2 reply with different text (no shared reply), one group: A = +.7071, -.7071
     df = make_samples(tokenizer, [1.0, 0.0, 0.0]).iloc[[0, 2]].reset_index(drop=True)
-    cfg = TrainConfig(group_key="batch", lr=1e-3, mini_batch_size=2, micro_batch_size=1)
+    cfg = GRPOConfig(group_key="batch", lr=1e-3, mini_batch_size=2, micro_batch_size=1)
     batch = collate(df, tokenizer.pad_token_id)
     advantages, _ = advantages_for(df, batch, cfg)
     model = load_model(tiny_model_dir, CPU)
@@ -107,7 +107,7 @@ def test_precomputed_old_log_probs_match_the_training_forward(tiny_model_dir, to
     # Rows outside the first mini-batch get old log-probs from a separate no-grad pass; with a
     # vanishing lr the weights stay put, so any ratio != 1 would be a data-path mismatch.
     df = make_samples(tokenizer, [1.0, 0.0, 0.3, 0.6, 0.9, 0.1])
-    cfg = TrainConfig(group_key="batch", lr=1e-12, mini_batch_size=2, micro_batch_size=2)
+    cfg = GRPOConfig(group_key="batch", lr=1e-12, mini_batch_size=2, micro_batch_size=2)
     batch = collate(df, tokenizer.pad_token_id)
     advantages, _ = advantages_for(df, batch, cfg)
     metrics = grpo_update(load_model(tiny_model_dir, CPU), batch, advantages, cfg, CPU)
@@ -121,7 +121,7 @@ def test_gradient_accumulation_matches_one_big_micro_batch(tiny_model_dir, token
     batch = collate(df, tokenizer.pad_token_id)
     grads = []
     for micro in (4, 1):
-        cfg = TrainConfig(group_key="batch", mini_batch_size=4, micro_batch_size=micro)
+        cfg = GRPOConfig(group_key="batch", mini_batch_size=4, micro_batch_size=micro)
         model = load_model(tiny_model_dir, CPU)
         grpo_update(model, batch, advantages_for(df, batch, cfg)[0], cfg, CPU)
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
@@ -130,7 +130,7 @@ def test_gradient_accumulation_matches_one_big_micro_batch(tiny_model_dir, token
 
 def test_checkpoint_loads_back_with_metrics(tiny_model_dir, tokenizer, tmp_path):
     df = make_samples(tokenizer, [1.0, 0.0, 0.2, 0.8, 0.5, 0.5, 0.1, 0.9])
-    cfg = TrainConfig(
+    cfg = GRPOConfig(
         lr=1e-3,
         epochs=2,
         mini_batch_size=4,
@@ -176,12 +176,12 @@ def test_rollout_samples_train_and_the_checkpoint_plays(tiny_model_dir, tmp_path
 
     game = {"k": 3, "max_turns": 2}
     inits = load_inits(
-        write_inits(GameInitConfig(game_params=game, num_train=1, num_val=1), tmp_path / "inits")[
-            "train"
-        ]
+        write_inits(
+            GameInitConfig(game={"params": game}, num_train=1, num_val=1), tmp_path / "inits"
+        )["train"]
     )
     rcfg = RolloutConfig(
-        game_params=game,
+        game={"params": game},
         games_per_init=2,
         sampling=SamplingParams(temperature=1.0, max_new_tokens=8, seed=0),
     )
@@ -199,7 +199,7 @@ def test_rollout_samples_train_and_the_checkpoint_plays(tiny_model_dir, tmp_path
         tiny_model_dir,
         [write(df, tmp_path)],
         tmp_path / "m1",
-        TrainConfig(group_key="init", lr=1e-3, mini_batch_size=4, micro_batch_size=4),
+        GRPOConfig(group_key="init", lr=1e-3, mini_batch_size=4, micro_batch_size=4),
     )
     again = play(
         inits, {"policy": HFBackend(str(stats.out_dir), device="cpu")}, rcfg, progress=False

@@ -7,6 +7,7 @@ import json
 import click
 
 from sparring.cli.options import load_config, parse_params
+from sparring.games import DEFAULT_GAME, GAMES
 
 
 @click.command("evaluate")
@@ -17,7 +18,7 @@ from sparring.cli.options import load_config, parse_params
 @click.option("--inits", required=True, type=click.Path(exists=True), help="val game-init parquet.")
 @click.option("--previous", help="Checkpoint for the vs_previous mode (seats swapped).")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Output directory.")
-@click.option("--game", help="Game name (default: matching).")
+@click.option("--game", type=click.Choice(sorted(GAMES)), help=f"Game (default: {DEFAULT_GAME}).")
 @click.option("--num-games", type=int, help="Use the first N val states.")
 @click.option("--modes", help="Comma-separated: selfplay,vs_previous,vs_scripted.")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="Game parameter.")
@@ -43,17 +44,17 @@ def command(
     from sparring.models import resolve_model
 
     overrides = {
-        "game": game,
+        "rollout.game.name": game,
         "num_games": num_games,
         "modes": modes.split(",") if modes else None,
-        "sampling.temperature": temperature,
-        "sampling.max_new_tokens": max_new_tokens,
+        "rollout.sampling.temperature": temperature,
+        "rollout.sampling.max_new_tokens": max_new_tokens,
     }
+    overrides |= parse_params(params, "rollout.game.params.")
     cfg = load_config(EvalConfig, config, overrides)
-    cfg.game_params.update(parse_params(params))
     prev = resolve_model(previous) if previous else None
     metrics, episodes = load_and_evaluate(resolve_model(model), inits, cfg, prev, device)
-    paths = write_eval(metrics, episodes, out)
+    paths = write_eval(metrics, episodes, out, cfg.game)
     rewards = {k: round(v, 4) for k, v in metrics.items() if k.endswith("normalized_reward")}
     click.echo(json.dumps(rewards, indent=2))
     click.echo(f"wrote {paths['metrics']} and {paths['plot']}")

@@ -5,11 +5,12 @@ from __future__ import annotations
 import click
 
 from sparring.cli.options import load_config, parse_params
+from sparring.games import DEFAULT_GAME, GAMES
 
 
 @click.command("game-init")
 @click.option("--config", type=click.Path(exists=True, dir_okay=False), help="YAML GameInitConfig.")
-@click.option("--game", help="Game name (default: matching).")
+@click.option("--game", type=click.Choice(sorted(GAMES)), help=f"Game (default: {DEFAULT_GAME}).")
 @click.option(
     "--param", "params", multiple=True, metavar="KEY=VALUE", help="Game parameter, e.g. k=4."
 )
@@ -21,8 +22,8 @@ def command(config, game, params, num_train, num_val, seed, out) -> None:
     """Generate seeded initial game states into OUT/train.parquet and OUT/val.parquet."""
     from sparring.game_init import GameInitConfig, write_inits
 
-    overrides = {"game": game, "num_train": num_train, "num_val": num_val, "seed": seed}
+    overrides = {"game.name": game, "num_train": num_train, "num_val": num_val, "seed": seed}
+    overrides |= parse_params(params, "game.params.")
     cfg = load_config(GameInitConfig, config, overrides)
-    cfg.game_params.update(parse_params(params))
     for split, path in write_inits(cfg, out).items():
         click.echo(f"{split}: {path}")

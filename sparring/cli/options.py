@@ -12,21 +12,23 @@ from pydantic import BaseModel, ValidationError
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
 
 
-def parse_params(pairs: tuple[str, ...]) -> dict[str, Any]:
-    """`("k=4", "max_turns=20")` -> {"k": 4, "max_turns": 20} (values parsed as YAML)."""
+def parse_params(pairs: tuple[str, ...], prefix: str = "") -> dict[str, Any]:
+    """`("k=4", "max_turns=20")` -> {"k": 4, "max_turns": 20} (values parsed as YAML), each key
+    under `prefix` (e.g. "game.params." for `load_config` overrides)."""
     out = {}
     for pair in pairs:
         if "=" not in pair:
             raise click.BadParameter(f"expected KEY=VALUE, got {pair!r}")
         key, value = pair.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value)
+        out[prefix + key.strip()] = yaml.safe_load(value)
     return out
 
 
 def load_config(cls: type[ConfigT], path: str | None, overrides: dict[str, Any]) -> ConfigT:
     """Build `cls` from an optional YAML file plus overrides (None values are ignored).
 
-    Dotted override keys set nested fields: {"sampling.temperature": 0.7}.
+    Dotted override keys set nested fields: {"sampling.temperature": 0.7}. A section given
+    as a plain string in YAML (`game: matching`) is its `name`.
     """
     data: dict[str, Any] = {}
     if path:
@@ -40,6 +42,8 @@ def load_config(cls: type[ConfigT], path: str | None, overrides: dict[str, Any])
         node = data
         *parents, leaf = key.split(".")
         for p in parents:
+            if isinstance(node.get(p), str):
+                node[p] = {"name": node[p]}
             node = node.setdefault(p, {})
         node[leaf] = value
     try:

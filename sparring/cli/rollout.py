@@ -7,6 +7,7 @@ import json
 import click
 
 from sparring.cli.options import load_config, parse_params
+from sparring.games import DEFAULT_GAME, GAMES
 
 
 @click.command("rollout")
@@ -14,7 +15,7 @@ from sparring.cli.options import load_config, parse_params
 @click.option("--model", help="Policy checkpoint: a local path, hub name or models:/name@alias.")
 @click.option("--inits", required=True, type=click.Path(exists=True), help="game-init parquet.")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Output directory.")
-@click.option("--game", help="Game name (default: matching).")
+@click.option("--game", type=click.Choice(sorted(GAMES)), help=f"Game (default: {DEFAULT_GAME}).")
 @click.option("--limit", type=int, help="Use only the first N initial states.")
 @click.option("--games-per-init", type=int, help="Plays per initial state (GRPO group size).")
 @click.option("--seats", help="Comma-separated policy per seat, e.g. policy,matching-scripted.")
@@ -45,18 +46,18 @@ def command(
     from sparring.rollout import RolloutConfig, build_policies, load_inits, play, write_outputs
 
     overrides = {
-        "game": game,
+        "game.name": game,
         "games_per_init": games_per_init,
         "seats": seats.split(",") if seats else None,
         "sampling.temperature": temperature,
         "sampling.max_new_tokens": max_new_tokens,
         "sampling.seed": seed,
     }
+    overrides |= parse_params(params, "game.params.")
     cfg = load_config(RolloutConfig, config, overrides)
-    cfg.game_params.update(parse_params(params))
     model_path = resolve_model(model) if model else None
     policies = build_policies(
-        model_path, cfg.seats, device, cfg.max_batch_size, backend=cfg.backend
+        cfg.game, model_path, cfg.seats, device, cfg.max_batch_size, backend=cfg.backend
     )
     scripted_tok = None
     if tokenizer:

@@ -32,8 +32,8 @@ def command(config, iterations, games_per_iteration, run_name, workdir, verbose)
     (started on 127.0.0.1, stopped on exit). Set storage/tracking in the config (or the AWS_*
     / MLFLOW_TRACKING_URI variables) to use real services instead.
     """
-    from sparring.local_run import format_summary, run_local
-    from sparring.pipeline_config import DEFAULT_CONFIG, PipelineConfig
+    from sparring.pipeline.config import DEFAULT_CONFIG, PipelineConfig
+    from sparring.pipeline.local import format_summary, run_local
 
     overrides = {
         "iterations": iterations,

@@ -16,7 +16,6 @@ def command(config, model, samples, out, **overrides) -> None:
     Scripted self-play samples: `sparring rollout --seats matching-scripted,matching-scripted
     --tokenizer MODEL ...`.
     """
-    from sparring.sft import sft
-    from sparring.train import TrainConfig
+    from sparring.sft import SFTConfig, sft
 
-    run_trainer(sft, load_config(TrainConfig, config, overrides), model, samples, out)
+    run_trainer(sft, load_config(SFTConfig, config, overrides), model, samples, out)

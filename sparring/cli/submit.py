@@ -28,7 +28,7 @@ def command(config, host, experiment, run_name, namespace, campaign, block, time
     """
     import kfp
 
-    from sparring.pipeline_config import DEFAULT_CONFIG, PipelineConfig
+    from sparring.pipeline.config import DEFAULT_CONFIG, PipelineConfig
     from sparring.pipelines.driver import campaign as run_campaign
     from sparring.pipelines.driver import submit
 

@@ -26,7 +26,7 @@ def trainer_options(f: Callable) -> Callable:
         click.option(
             "--config",
             type=click.Path(exists=True, dir_okay=False),
-            help="YAML TrainConfig (see configs/train.yaml).",
+            help="YAML config (GRPOConfig: configs/train.yaml; SFTConfig: configs/sft.yaml).",
         ),
         click.option(
             "--model", required=True, help="Start checkpoint (path, hub, s3://, models:/)."
@@ -79,8 +79,8 @@ def run_trainer(fn: Callable, cfg, model: str, samples: tuple[str, ...], out: st
 def command(config, model, samples, out, ref_model, **overrides) -> None:
     """GRPO-train MODEL on SAMPLES; write a HF checkpoint and metrics.json to OUT."""
     from sparring.models import resolve_model
-    from sparring.train import TrainConfig, train
+    from sparring.train import GRPOConfig, train
 
-    cfg = load_config(TrainConfig, config, overrides)
+    cfg = load_config(GRPOConfig, config, overrides)
     ref = resolve_model(ref_model) if ref_model else None
     run_trainer(train, cfg, model, samples, out, ref_model_path=ref)

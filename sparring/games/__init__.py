@@ -1,17 +1,26 @@
-"""Game registry: `make_game("matching", k=4)` returns a fresh `Game`."""
+"""The game registry: every game is named once, here. `make_game("matching", k=4)` returns a
+fresh `Game`; `GameSpec` is the `game:` block of every config.
+
+A game is a package under `sparring/games/` whose `Game` subclass declares all that generic
+code needs (see `sparring.games.base`); adding one means adding its package and one line to
+`GAMES` (docs/adding-a-game.md).
+"""
 
 from __future__ import annotations
 
 import importlib
 from typing import Any
 
-from sparring.games.base import Game, GameStats, StepResult, TurnRecord
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-# name -> "module:Class"; imported lazily so optional games (diplomacy) cost nothing unused.
+from sparring.games.base import Agent, Game, GameStats, StepResult, TurnRecord
+
+# name -> "module:Class"; imported lazily so optional games cost nothing unused.
 GAMES: dict[str, str] = {
     "matching": "sparring.games.matching:MatchingGame",
     "diplomacy": "sparring.games.diplomacy:DiplomacyGame",
 }
+DEFAULT_GAME = "matching"
 
 
 def game_class(name: str) -> type[Game]:
@@ -27,4 +36,52 @@ def make_game(name: str, **params: Any) -> Game:
     return game_class(name)(**params)
 
 
-__all__ = ["GAMES", "Game", "GameStats", "StepResult", "TurnRecord", "game_class", "make_game"]
+class GameSpec(BaseModel):
+    """Which game, with which rule parameters: the one `game:` block every config shares.
+
+    YAML: `game: {name: matching, params: {k: 3}}`, or just `game: matching`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = DEFAULT_GAME
+    """Registered game name (`GAMES`)."""
+    params: dict[str, Any] = Field(default_factory=dict)
+    """Rule parameters, e.g. {k: 4, max_turns: 30}; game-init, rollout and eval must agree."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_name(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+    @field_validator("name")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        if name not in GAMES:
+            raise ValueError(f"unknown game {name!r}; choose one of {sorted(GAMES)}")
+        return name
+
+    @property
+    def cls(self) -> type[Game]:
+        return game_class(self.name)
+
+    def make(self) -> Game:
+        """A fresh game with these rules."""
+        return make_game(self.name, **self.params)
+
+    def make_agent(self, agent: str, **params: Any) -> Agent:
+        """One of this game's scripted agents."""
+        return self.cls.make_agent(agent, **params)
+
+
+__all__ = [
+    "GameSpec",
+    "DEFAULT_GAME",
+    "GAMES",
+    "Agent",
+    "Game",
+    "GameStats",
+    "StepResult",
+    "TurnRecord",
+    "game_class",
+    "make_game",
+]

@@ -10,20 +10,30 @@ A game is a turn-based environment for N seats that talk in plain text:
         result = game.step(seat, text) # the seat's raw model text; never raises on bad text
     game.rewards                        # one float per seat
 
-Rules for implementers:
-- `step` must accept any string. A bad action returns `StepResult(ok=False, error=...)`; the
-  error is appended to the actor's view only, and the same seat moves again until the game's
-  retry bound, after which its turn is forfeited.
+Rules for implementers (docs/adding-a-game.md walks through one):
+- `generate_state(seed)` returns a JSON-serialisable initial state; the same seed always gives
+  the same state.
+- `step` is a template: it checks the game is running and `seat` is pending, records the text
+  in the seat's chat, then calls `_act(seat, text)`, which must accept any string.
+- The `ok` contract is the same in every game: `ok=True` means the action was applied;
+  `ok=False` means it was rejected (with `error`, shown to the actor only), and the same seat
+  moves again until the game's retry bound, after which its turn is forfeited
+  (`forfeited=True`).
 - `messages(seat)` starts with one system message and then alternates user/assistant, ending
   with a user message whenever `seat` is to move. Assistant messages are that seat's raw texts.
 - `current_seat` may list several seats at once for simultaneous-move games (`pending_seats`).
+- Generic code learns everything game-specific through the class attributes and hooks below:
+  `agents` (scripted agents by name), `default_opponent`, `extra_group_keys`,
+  `group_keys(seat)`, `episode_metrics`, `scripted_eval` and `write_report`.
 """
 
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
 
 
 @dataclass
@@ -62,11 +72,35 @@ class GameStats:
     words: list[int] = field(default_factory=list)
 
 
+class Agent(Protocol):
+    """A scripted policy for one seat: reads only what that seat may see."""
+
+    def act(self, game: Game, seat: int) -> str:
+        """The seat's next raw text."""
+        ...
+
+
 class Game(ABC):
     """Abstract multi-seat text game. See the module docstring for the contract."""
 
     name: str = "game"
     roles: tuple[str, ...] = ()
+    agents: ClassVar[dict[str, str]] = {}
+    """Scripted agents of this game: name -> "module:Class" (baselines, teachers, opponents)."""
+    default_opponent: str | None = None
+    """The scripted agent `evaluate` plays against in `vs_scripted` mode."""
+    extra_group_keys: ClassVar[tuple[str, ...]] = ()
+    """GRPO group keys this game adds to the generic ones (the keys of `group_keys(seat)`)."""
+    group_key_aliases: ClassVar[dict[str, str]] = {}
+    """Deprecated group-key name -> its current name."""
+
+    @abstractmethod
+    def generate_state(self, seed: int) -> dict[str, Any]:
+        """A seeded, JSON-serialisable initial state (the same seed gives the same state)."""
+
+    def group_keys(self, seat: int) -> dict[str, str]:
+        """This seat's values of `extra_group_keys` for the current state (samples columns)."""
+        return {}
 
     @property
     def num_seats(self) -> int:
@@ -76,9 +110,20 @@ class Game(ABC):
     def reset(self, state: dict[str, Any]) -> None:
         """Start a fresh game from an initial state produced by `generate_state`."""
 
-    @abstractmethod
     def step(self, seat: int, text: str) -> StepResult:
-        """Apply `seat`'s raw text. Must not raise for any text."""
+        """Apply `seat`'s raw text. Never raises for any text (see the `ok` contract)."""
+        if self.done:
+            return StepResult(ok=False, error="the game is over")
+        if seat not in self.pending_seats:
+            return StepResult(ok=False, error=f"{self.roles[seat]} has nothing to do now")
+        text = text if isinstance(text, str) else str(text)
+        self._chat[seat].append({"role": "assistant", "content": text})
+        self._stats.words[seat] += len(text.split())
+        return self._act(seat, text)
+
+    @abstractmethod
+    def _act(self, seat: int, text: str) -> StepResult:
+        """Parse and apply the text `step` just recorded in `seat`'s chat."""
 
     @property
     @abstractmethod
@@ -123,5 +168,41 @@ class Game(ABC):
         return sum(1 for t in self.transcript if t.ok or t.forfeited)
 
     def outcome(self) -> dict[str, Any]:
-        """Game-specific summary for games.jsonl (e.g. whether a deal was reached)."""
+        """Game-specific summary for games.jsonl; `agreed` (bool) feeds `agreement_rate`."""
+        return {}
+
+    def _tell(self, seat: int, text: str) -> None:
+        """Append to `seat`'s pending user message (merged so roles keep alternating)."""
+        chat = self._chat[seat]
+        if chat[-1]["role"] == "user":
+            chat[-1]["content"] += "\n" + text
+        else:
+            chat.append({"role": "user", "content": text})
+
+    # ---- hooks for generic code (rollout metrics, evaluation) --------------------------------
+    @classmethod
+    def make_agent(cls, name: str, **params: Any) -> Agent:
+        """Build one of this game's scripted agents by name."""
+        if name not in cls.agents:
+            raise ValueError(
+                f"unknown agent {name!r} for {cls.name}; choose one of {sorted(cls.agents)}"
+            )
+        module, attr = cls.agents[name].split(":")
+        return getattr(importlib.import_module(module), attr)(**params)
+
+    @classmethod
+    def episode_metrics(cls, episodes: list[dict[str, Any]], policy: str) -> dict[str, float]:
+        """Extra per-game metrics of the seats `policy` played (games.jsonl dicts), named
+        without a prefix (rollout adds `rollout/`)."""
+        return {}
+
+    @classmethod
+    def scripted_eval(cls, policy: Any, inits: list, cfg: Any, progress: bool) -> Any:
+        """A game-specific `vs_scripted` evaluation, returning (metrics, episodes), or None
+        to use the generic one (the policy in each seat against `default_opponent`)."""
+        return None
+
+    @classmethod
+    def write_report(cls, metrics: dict[str, float], out_dir: Path) -> dict[str, Path]:
+        """Extra evaluation report files (tables, plots) written next to metrics.json."""
         return {}

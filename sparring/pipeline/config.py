@@ -4,8 +4,9 @@
     sparring run --config configs/pipeline.yaml --iterations 3
     sparring compile --config configs/pipeline-gpu.yaml -o pipeline.yaml
 
-Game and game parameters are set once at the top and copied into the game-init, rollout and
-eval sub-configs (which are the library's own configs). Storage layout:
+The game (`game: {name, params}`) is set once at the top and copied into the game-init,
+rollout and eval sub-configs (which are the library's own configs); so is `device`, into the
+GRPO and SFT sections. Setting either again inside a section is an error. Storage layout:
 `<storage.root>/<run>/<iteration>/{rollout,checkpoint,eval}` and `<storage.root>/<run>/inits`,
 plus `<storage.root>/<run>/initial` (iteration 0's model) when the opponent pool names `past-<k>`.
 """
@@ -19,11 +20,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sparring import __version__, configs
-from sparring.curriculum import DifficultyConfig
 from sparring.evaluate import EvalConfig
 from sparring.game_init import GameInitConfig
-from sparring.opponents import past_steps
+from sparring.games import GameSpec
+from sparring.opponents import DifficultyConfig, past_steps
 from sparring.rollout import RolloutConfig
+from sparring.samples import check_group_key
 from sparring.storage import StorageConfig
 from sparring.tracking import TrackingConfig
 from sparring.verl_backend.config import VerlConfig
@@ -35,7 +37,6 @@ GPU_IMAGE = f"{IMAGE_REPOSITORY}:{__version__}-gpu"
 
 CONFIG_DIR = Path(configs.__file__).parent  # the repo's configs/, installed as sparring.configs
 DEFAULT_CONFIG = CONFIG_DIR / "pipeline.yaml"
-GROUP_KEYS = ("game", "init", "role", "country", "country_phase", "batch")
 
 
 class _Strict(BaseModel):
@@ -45,20 +46,20 @@ class _Strict(BaseModel):
 class WarmStart(_Strict):
     """Supervised warm start of the initial model on scripted self-play (before iteration 0)."""
 
-    agent: str = "matching-scripted"  # scripted agent that plays every seat
+    agent: str | None = None  # scripted agent that plays every seat; None = the game's default
     num_states: int = Field(32, ge=1)  # train initial states it plays (once each)
-    train: dict[str, Any] = Field(default_factory=dict)  # SFT settings: TrainConfig fields
+    train: dict[str, Any] = Field(default_factory=dict)  # SFT settings: sparring.sft.SFTConfig
 
 
 class Opponents(_Strict):
     """Who the learner plays in each rollout (seed 001; see sparring.opponents): pure self-play,
-    or a share of the games with the learner in one country against opponents whose strength
-    follows that country's difficulty schedule, carried from iteration to iteration. The pool
+    or a share of the games with the learner in one role against opponents whose strength
+    follows that role's difficulty schedule, carried from iteration to iteration. The pool
     holds scripted agents and earlier checkpoints of the run: `past-<k>` is the policy that
-    played the rollout k iterations before (sparring.steps.rollout loads it from storage)."""
+    played the rollout k iterations before (sparring.pipeline.league loads it from storage)."""
 
     selfplay_fraction: float = Field(1.0, ge=0.0, le=1.0)  # 1 = pure self-play (the default)
-    difficulty: DifficultyConfig = Field(default_factory=DifficultyConfig)  # pool: bots, past-<k>
+    difficulty: DifficultyConfig | None = None  # the pool (scripted agents, past-<k>); mix only
 
     @property
     def mixed(self) -> bool:
@@ -70,7 +71,8 @@ class Opponents(_Strict):
         """k of every `past-<k>` in the pool, ascending; [] without an opponent mix."""
         if not self.mixed:
             return []
-        return sorted(k for name in self.difficulty.pool if (k := past_steps(name)))
+        pool = self.difficulty.pool if self.difficulty else []
+        return sorted(k for name in pool if (k := past_steps(name)))
 
 
 class StorageSettings(_Strict):
@@ -117,45 +119,56 @@ class PipelineConfig(_Strict):
 
     name: str = "sparring-selfplay"  # KFP pipeline name
     run_name: str | None = None  # storage folder and MLflow parent run; None = the KFP job name
-    game: str = "matching"  # registered game, copied into every sub-config
-    game_params: dict[str, Any] = Field(default_factory=dict)  # rule parameters, e.g. {k: 4}
+    game: GameSpec = Field(default_factory=GameSpec)  # {name, params}, copied into sub-configs
     model: str = "tiny"  # initial model: "tiny", a hub name, a path, s3://… or models:/name@alias
     warm_start: WarmStart | None = None  # SFT on scripted games before iteration 0; None = off
     iterations: int = Field(2, ge=1)  # rollout→train→evaluate→register rounds (unrolled)
     first_iteration: int = Field(0, ge=0)  # index of the first round (the campaign driver sets it)
     games_per_iteration: int = Field(64, ge=1)  # self-play games per rollout
-    group_key: str = "init"  # GRPO group key: game, init, role, country, country_phase, batch
-    device: str = "auto"  # cpu, cuda or auto
+    device: str = "auto"  # cpu, cuda or auto: every task's device (not set in `train:`)
     game_init: GameInitConfig = Field(default_factory=GameInitConfig)  # state counts and seed
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)  # iteration i samples with seed+i
     opponents: Opponents = Field(default_factory=Opponents)  # self-play or the opponent mix
-    train: dict[str, Any] = Field(default_factory=dict)  # GRPO settings: TrainConfig fields
+    # GRPO settings: sparring.train.GRPOConfig fields, among them the group key (`group_key`:
+    # game, init, role, batch, or one of the game's `extra_group_keys`).
+    train: dict[str, Any] = Field(default_factory=dict)
     # Who trains each iteration. torch: the pipeline's rollout step, then `sparring.train` (CPU
     # or one GPU). verl: one `verl-train` task per iteration runs verl's main_ppo with online
     # self-play inside verl (route 1, sparring.verl_backend) on `verl.n_gpus_per_node` GPUs and
-    # merges its FSDP checkpoint to HF; `rollout`, `train` and `group_key` are then unused.
+    # merges its FSDP checkpoint to HF; `rollout` and `train` are then unused.
     train_backend: Literal["torch", "verl"] = "torch"
     verl: VerlConfig = Field(default_factory=VerlConfig)  # train_backend: verl settings
     eval: EvalConfig = Field(default_factory=EvalConfig)  # modes, val games, sampling
     storage: StorageSettings = Field(default_factory=StorageSettings)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)  # MLflow URI + experiment
-    registered_model: str = "sparring-matching"  # MLflow registered model of the checkpoints
+    registered_model: str | None = None  # MLflow registered model; None = sparring-<game>
     champion_metric: str = "eval/selfplay/all/normalized_reward"  # higher wins `champion`
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
 
     @model_validator(mode="after")
     def _check(self) -> PipelineConfig:
-        for sub in (self.game_init, self.rollout, self.eval):
-            for field in ("game", "game_params"):
-                mine, theirs = getattr(self, field), getattr(sub, field)
-                if field in sub.model_fields_set and theirs != mine:
-                    raise ValueError(
-                        f"{type(sub).__name__}.{field}={theirs!r} differs from the top-level "
-                        f"{field}={mine!r}: set it once, at the top."
-                    )
-                setattr(sub, field, mine)
-        if self.group_key not in GROUP_KEYS:
-            raise ValueError(f"unknown group_key {self.group_key!r}; choose from {GROUP_KEYS}")
+        for name, sub in (
+            ("game_init", self.game_init),
+            ("rollout", self.rollout),
+            ("eval.rollout", self.eval.rollout),
+        ):
+            if "game" in sub.model_fields_set and sub.game != self.game:
+                raise ValueError(
+                    f"{name}.game={sub.game!r} differs from the top-level game={self.game!r}: "
+                    "set it once, at the top."
+                )
+            sub.game = self.game
+        for name, section in (("train", self.train), ("warm_start.train", self.ws_train)):
+            if "device" in section:
+                raise ValueError(
+                    f"{name}.device is set; set the top-level `device` (used by every task)"
+                )
+        if "group_key" in self.train:
+            self.train["group_key"] = check_group_key(self.game, self.train["group_key"])
+        if self.registered_model is None:
+            self.registered_model = f"sparring-{self.game.name}"
+        if self.warm_start is not None and self.warm_start.agent is None:
+            self.warm_start.agent = self.game.cls.default_opponent
         if self.games_per_iteration % self.rollout.games_per_init:
             raise ValueError(
                 f"games_per_iteration ({self.games_per_iteration}) must be a multiple of "
@@ -175,15 +188,19 @@ class PipelineConfig(_Strict):
 
     def _check_opponents(self) -> None:
         """What an opponent mix (`opponents.selfplay_fraction` < 1) needs of the config."""
-        from sparring.agents import agents_for
-
         if self.train_backend != "torch":
             raise ValueError("opponents.selfplay_fraction < 1 needs train_backend: torch")
         if self.rollout.seats is not None:
             raise ValueError(
                 "set either rollout.seats or opponents.selfplay_fraction < 1, not both"
             )
-        scripted = agents_for(self.game)
+        if self.opponents.difficulty is None:
+            raise ValueError(
+                "opponents.selfplay_fraction < 1 needs opponents.difficulty.pool: the opponents, "
+                f"weakest first (scripted agents of {self.game.name}: "
+                f"{sorted(self.game.cls.agents)}, or past-<k>)"
+            )
+        scripted = sorted(self.game.cls.agents)
         unknown = [
             name
             for name in self.opponents.difficulty.pool
@@ -229,32 +246,42 @@ class PipelineConfig(_Strict):
 
     @property
     def num_seats(self) -> int:
-        """Seats of `game` (2 in matching, 7 in Diplomacy)."""
-        from sparring.games import make_game
-
-        return make_game(self.game, **self.game_params).num_seats
-
-    def train_config(self, warm_start: bool = False, **overrides: Any):  # -> TrainConfig
-        """`train` (or `warm_start.train`) as a validated `sparring.train.TrainConfig`.
-
-        The train sections stay plain dicts so that tasks which never train don't import the
-        trainer (and verl: seconds per task); `build_pipeline` validates both up front.
-        """
-        from sparring.train import TrainConfig
-
-        section = self.warm_start.train if warm_start and self.warm_start else self.train
-        name = "warm_start.train" if warm_start else "train"
-        try:
-            return TrainConfig.model_validate({**section, **overrides})
-        except ValueError as e:
-            raise ValueError(f"invalid {name} section of the pipeline config:\n{e}") from e
+        """Seats of the game."""
+        return len(self.game.cls.roles)
 
     @property
-    def states_per_iteration(self) -> int:
-        """Initial states one rollout plays (each `rollout.games_per_init` times)."""
-        return self.games_per_iteration // self.rollout.games_per_init
+    def ws_train(self) -> dict[str, Any]:
+        return self.warm_start.train if self.warm_start else {}
+
+    @property
+    def group_key(self) -> str:
+        """The GRPO group key (`train.group_key`, else GRPOConfig's default)."""
+        return self.grpo_config().group_key
+
+    def grpo_config(self):  # -> sparring.train.GRPOConfig
+        """`train` as a validated GRPOConfig on the pipeline's device.
+
+        The sections stay plain dicts so that tasks which never train don't import the
+        trainer (and verl: seconds per task); `build_pipeline` validates both up front.
+        """
+        from sparring.train import GRPOConfig
+
+        return _section(GRPOConfig, "train", {**self.train, "device": self.device})
+
+    def sft_config(self):  # -> sparring.sft.SFTConfig
+        """`warm_start.train` as a validated SFTConfig on the pipeline's device."""
+        from sparring.sft import SFTConfig
+
+        return _section(SFTConfig, "warm_start.train", {**self.ws_train, "device": self.device})
 
     @classmethod
     def from_yaml(cls, path: str | Path | None = None) -> PipelineConfig:
         """The config in `path`; the embedded default (configs/pipeline.yaml) if None."""
         return cls.model_validate(yaml.safe_load(Path(path or DEFAULT_CONFIG).read_text()) or {})
+
+
+def _section(cls: type[BaseModel], name: str, data: dict[str, Any]) -> Any:
+    try:
+        return cls.model_validate(data)
+    except ValueError as e:
+        raise ValueError(f"invalid {name} section of the pipeline config:\n{e}") from e

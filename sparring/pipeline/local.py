@@ -18,17 +18,15 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import re
 import sys
 import time
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
-from urllib.parse import urlparse
 
-from sparring.pipeline_config import PipelineConfig
+from sparring.dev.services import local_services
+from sparring.pipeline.config import PipelineConfig
 
 # kfp.local lines worth showing (the rest, e.g. each task's executor input, go to the log).
 _PROGRESS = re.compile(r"\[sparring\]|Executing task|finished with status|Error|error:")
@@ -39,7 +37,7 @@ class LocalRun(NamedTuple):
 
     run_name: str
     parent_run_id: str
-    rows: list[dict[str, Any]]  # per iteration, see sparring.steps.summary_rows
+    rows: list[dict[str, Any]]  # per iteration, see sparring.pipeline.reports.summary_rows
     champion: Any  # the champion ModelVersion, or None
     tracking_uri: str
     storage_root: str
@@ -75,56 +73,11 @@ class _Progress(io.TextIOBase):
         self.log.flush()
 
 
-@contextlib.contextmanager
-def _env(values: dict[str, str]) -> Iterator[None]:
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-@contextlib.contextmanager
-def local_services(
-    cfg: PipelineConfig, workdir: Path
-) -> Iterator[tuple[PipelineConfig, Path | None]]:
-    """Start what `cfg` needs but does not configure (S3, MLflow); yield the completed config
-    and the local S3 data folder (None if S3 or file storage is configured elsewhere)."""
-    from sparring.s3server import S3Server
-
-    update: dict[str, Any] = {}
-    if not (cfg.tracking.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")):
-        tracking = cfg.tracking.model_copy(
-            update={
-                "tracking_uri": f"sqlite:///{workdir / 'mlflow.db'}",
-                "artifact_location": (workdir / "mlartifacts").as_uri(),
-            }
-        )
-        update["tracking"] = tracking
-    endpoint = (
-        cfg.storage.endpoint_url
-        or os.environ.get("AWS_ENDPOINT_URL_S3")
-        or os.environ.get("AWS_ENDPOINT_URL")
-    )
-    if not cfg.storage.root.startswith("s3://") or endpoint:
-        yield cfg.model_copy(update=update), None
-        return
-    data = workdir / "s3"
-    with S3Server(data, buckets=[urlparse(cfg.storage.root).netloc]) as s3, _env(s3.env()):
-        print(f"[sparring] local S3 (SeaweedFS) at {s3.endpoint_url}, data in {data}")
-        yield cfg.model_copy(update=update), data
-
-
 def run_local(cfg: PipelineConfig, workdir: str | Path = "runs", verbose: bool = False) -> LocalRun:
     """Run the pipeline for `cfg` under kfp.local; see the module docstring."""
     from kfp import local
 
-    from sparring import steps
+    from sparring.pipeline.reports import summary_rows
     from sparring.pipelines.selfplay import build_pipeline
     from sparring.tracking import champion, connect
 
@@ -157,7 +110,7 @@ def run_local(cfg: PipelineConfig, workdir: str | Path = "runs", verbose: bool =
         parent = client.search_runs(
             [experiment.experiment_id], f"tags.mlflow.runName = '{run_name}'", max_results=1
         )[0]
-        rows = steps.summary_rows(cfg, parent.info.run_id, client)
+        rows = summary_rows(cfg, parent.info.run_id, client)
         job_dir = max((workdir / "kfp").iterdir(), key=lambda p: p.stat().st_mtime)
         return LocalRun(
             run_name,
@@ -176,7 +129,7 @@ def run_local(cfg: PipelineConfig, workdir: str | Path = "runs", verbose: bool =
 def compute_seconds(job_dir: Path) -> dict[str, float]:
     """`perf/{rollout,train,eval}_seconds` summed over the output artifacts of every task of
     one kfp.local job (the warm start's SFT counts as train)."""
-    from sparring.steps import COMPUTE_METRICS
+    from sparring.pipeline.tasks import COMPUTE_METRICS
 
     totals = dict.fromkeys(COMPUTE_METRICS, 0.0)
     for out in job_dir.glob("*/executor_output.json"):

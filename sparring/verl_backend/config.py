@@ -6,8 +6,6 @@ pipeline task parses, can validate a `verl:` section without importing verl.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, Field, model_validator
 
 AGENT_NAME = "sparring_selfplay"
@@ -30,8 +28,11 @@ class VerlConfig(BaseModel):
     lr: float = Field(1e-6, gt=0)
     kl_coef: float = Field(0.001, ge=0)
     """KL-to-reference loss weight (low_var_kl); 0 turns the KL loss and the ref model off."""
-    group_key: Literal["init_seat", "role", "country"] = "init_seat"
-    """init_seat = stock GRPO by uid; role / country = `sparring_grpo` (needs uid tagging)."""
+    group_key: str = "init_seat"
+    """Only `init_seat` (stock GRPO: rows are state x seat, so verl's uid groups "same state,
+    same seat"). Pooling across states (role, a game's own keys) needs each row's uid tagged
+    with its group, which verl's trainer does not let a dataset do: use train_backend: torch
+    for those keys."""
     norm_adv_by_std: bool = True
     tp_size: int = Field(1, ge=1)
     """SGLang tensor-parallel size of each rollout replica."""
@@ -50,6 +51,12 @@ class VerlConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> VerlConfig:
+        if self.group_key != "init_seat":
+            raise ValueError(
+                f"verl.group_key={self.group_key!r}: the verl backend groups by init_seat only "
+                "(verl assigns each row a fresh uid and exposes no custom group label); use "
+                "train_backend: torch with train.group_key for role or a game's own keys"
+            )
         if self.train_batch_size % self.ppo_mini_batch_size:
             raise ValueError(
                 f"train_batch_size ({self.train_batch_size}) must be a multiple of "

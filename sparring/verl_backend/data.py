@@ -20,44 +20,35 @@ from typing import Any
 
 import pandas as pd
 
-from sparring.games import make_game
+from sparring.games import GameSpec
 from sparring.verl_backend.config import AGENT_NAME
-
-GROUP_KEYS = ("init_seat", "role", "country")
 
 
 def selfplay_rows(
-    inits: list[tuple[str, dict[str, Any]]],
-    game_name: str,
-    game_params: dict[str, Any],
-    group_key: str = "init_seat",
+    inits: list[tuple[str, dict[str, Any]]], game: GameSpec, group_key: str = "init_seat"
 ) -> pd.DataFrame:
-    """One row per (initial state, seat); `group_key` names the label the `sparring_grpo`
-    estimator groups by (`init_seat` = stock GRPO; `role` / `country` pool across states)."""
-    if group_key not in GROUP_KEYS:
-        raise ValueError(f"unknown verl group_key {group_key!r}; choose one of {GROUP_KEYS}")
+    """One row per (initial state, seat); `extra_info.group_key` holds the row's label under
+    `group_key` (`init_seat`, `role`, or one of the game's own keys)."""
     rows = []
     for init_id, state in inits:
-        game = make_game(game_name, **game_params)
-        game.reset(state)
-        for seat in range(game.num_seats):
-            keys = {"init_seat": f"{init_id}/{seat}", "role": game.roles[seat]}
-            if hasattr(game, "group_keys"):
-                keys |= game.group_keys(seat)
+        g = game.make()
+        g.reset(state)
+        for seat in range(g.num_seats):
+            keys = {"init_seat": f"{init_id}/{seat}", "role": g.roles[seat]} | g.group_keys(seat)
             if group_key not in keys:
-                raise ValueError(f"{game_name} has no `{group_key}` group key (has {sorted(keys)})")
+                raise ValueError(f"{game.name} has no `{group_key}` group key (has {sorted(keys)})")
             rows.append(
                 {
-                    "data_source": f"sparring/{game_name}",
-                    "prompt": game.messages(seat),
+                    "data_source": f"sparring/{game.name}",
+                    "prompt": g.messages(seat),
                     "agent_name": AGENT_NAME,
                     "extra_info": {
-                        "game": game_name,
-                        "game_params": json.dumps(game_params),
+                        "game": game.name,
+                        "game_params": json.dumps(game.params),
                         "state": json.dumps(state),
                         "init_id": init_id,
                         "seat": seat,
-                        "role": game.roles[seat],
+                        "role": g.roles[seat],
                         "group_key": str(keys[group_key]),
                     },
                     "reward_model": {"style": "sparring", "ground_truth": ""},

@@ -16,9 +16,9 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sparring.games.diplomacy import DiplomacyGame
+    from sparring.games.diplomacy.game import DiplomacyGame
 
-Engine = Any  # a diplomacy.Game; the engine is imported only by sparring.games.diplomacy
+Engine = Any  # a diplomacy.Game (sparring.games.diplomacy.board imports the engine)
 FAR = 10**6  # distance of an unreachable target
 _DISTANCES: dict[tuple[str, str], dict[str, dict[str, int]]] = {}  # (map, unit type) -> table
 
@@ -99,7 +99,7 @@ class _OrderBot:
         self.rng = random.Random(seed)
 
     def act(self, game: DiplomacyGame, seat: int) -> str:
-        if game.stage == "press":
+        if game.action_kind == "press":
             return "NONE"
         return "\n".join(self.choose(game.engine, game.roles[seat], self.rng)) or "NONE"
 

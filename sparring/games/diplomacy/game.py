@@ -30,57 +30,17 @@ Rules of the adapter:
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from sparring.agents.diplomacy import greedy_orders, random_orders
 from sparring.games.base import Game, GameStats, StepResult, TurnRecord
-
-try:
-    from diplomacy import Game as Engine
-    from diplomacy import Message
-except ImportError as err:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "the Diplomacy game needs the optional `diplomacy` engine (AGPL-3.0): "
-        "pip install 'sparring[diplomacy]'"
-    ) from err
-
-ROLES = ("AUSTRIA", "ENGLAND", "FRANCE", "GERMANY", "ITALY", "RUSSIA", "TURKEY")
-ABBREV = {p[:3]: p for p in ROLES}
-STAGES = {"opening": (1901, 1903), "midgame": (1904, 1908), "endgame": (1909, 1910)}
-"""Stage -> (first, last) start year of its scenarios."""
-NUM_CENTERS = 34
-WIN_CENTERS = 18
-
-ORDER_START_RE = re.compile(r"^(?:A|F|ARMY|FLEET)\s+[A-Z]{3}\b")
-BULLET_RE = re.compile(r"^\s*(?:[-*•]+|\d+[.)])\s*")
-PRESS_RE = re.compile(r"^\s*(?:TO\s+)?([A-Za-z]+)\s*:\s*(.+?)\s*$", re.IGNORECASE)
-WORDS = {
-    "ARMY": "A",
-    "FLEET": "F",
-    "HOLDS": "H",
-    "HOLD": "H",
-    "SUPPORTS": "S",
-    "SUPPORT": "S",
-    "CONVOYS": "C",
-    "CONVOY": "C",
-    "TO": "-",
-    "MOVES": "",
-}
-
-
-def stage_of(year: int) -> str:
-    """The scenario stage of a start year."""
-    return "opening" if year <= 1903 else "midgame" if year <= 1908 else "endgame"
-
-
-def diplomacy_group_keys(state: dict[str, Any], seat: int) -> dict[str, str]:
-    """Extra GRPO group keys of one seat: its country, and country + scenario stage."""
-    return {"country": ROLES[seat], "country_phase": f"{ROLES[seat]}/{state['stage']}"}
+from sparring.games.diplomacy.board import ROLES, WIN_CENTERS, Engine, Message
+from sparring.games.diplomacy.orders import parse_orders, parse_press
+from sparring.games.diplomacy.scenarios import generate_state, set_auto_orders
 
 
 # ---- reward ------------------------------------------------------------------------------------
@@ -120,7 +80,6 @@ RewardFn = Callable[[PowerResult, float], float]
 REWARDS: dict[str, RewardFn] = {"centers": centers_reward, "center_gain": center_gain_reward}
 
 
-# ---- config and scenarios -----------------------------------------------------------------------
 class DiplomacyConfig(BaseModel):
     """Rule parameters of a Diplomacy episode (the `game_params` of a run)."""
 
@@ -148,119 +107,6 @@ class DiplomacyConfig(BaseModel):
             raise ValueError("stages must name at least one of opening, midgame, endgame")
 
 
-def generate_state(seed: int, stages: list[str] | tuple[str, ...] = tuple(STAGES)) -> dict:
-    """A seeded, JSON-serialisable scenario; the same arguments always give the same state.
-
-    Draw a stage and a start year in it, then play scripted bots (each power greedy or
-    random-legal, drawn per power) from 1901 up to that year's spring movement phase.
-    """
-    rng = random.Random(seed)
-    stage = rng.choice(list(stages))
-    year = rng.randint(*STAGES[stage])
-    bots = {p: rng.choice(("greedy", "random-legal")) for p in ROLES}
-    engine = Engine()
-    while engine.get_current_phase() != f"S{year}M" and not engine.is_game_done:
-        if engine.phase_type == "M":
-            for power in ROLES:
-                choose = greedy_orders if bots[power] == "greedy" else random_orders
-                engine.set_orders(power, choose(engine, power, rng))
-        else:
-            set_auto_orders(engine, rng)
-        engine.process()
-    return {
-        "seed": int(seed),
-        "stage": stage_of(int(engine.get_current_phase()[1:5])),
-        "year": int(engine.get_current_phase()[1:5]),
-        "phase": engine.get_current_phase(),
-        "scripted_by": bots,
-        "centers": {p: sorted(engine.get_centers(p)) for p in ROLES},
-        "engine": {k: v for k, v in engine.get_state().items() if k != "timestamp"},
-    }
-
-
-def auto_orders(engine: Engine, power: str, rng: random.Random) -> list[str]:
-    """Default retreat/adjustment orders: a random legal retreat (else disband); builds in
-    random free home centers up to the allowance. Disbands are left to the engine's civil
-    disorder rule (it removes the units farthest from home)."""
-    possible = {loc: sorted(orders) for loc, orders in engine.get_all_possible_orders().items()}
-    locs = sorted(engine.get_orderable_locations(power))  # sorted: the engine's are set-ordered
-    if engine.phase_type == "R":
-        return [
-            rng.choice([o for o in possible[loc] if " R " in o] or possible[loc]) for loc in locs
-        ]
-    allowance = len(engine.get_centers(power)) - len(engine.get_units(power))
-    rng.shuffle(locs)
-    builds = [[o for o in possible[loc] if o.endswith(" B")] for loc in locs]
-    return [rng.choice(b) for b in builds if b][: max(allowance, 0)]
-
-
-def set_auto_orders(engine: Engine, rng: random.Random) -> None:
-    """Give every power its `auto_orders` for the current retreat/adjustment phase."""
-    for power in ROLES:
-        if engine.get_orderable_locations(power):
-            engine.set_orders(power, auto_orders(engine, power, rng))
-
-
-# ---- order parsing ------------------------------------------------------------------------------
-def normalize_order(line: str) -> str:
-    """Canonical engine spelling of one order line (it may still be illegal)."""
-    text = BULLET_RE.sub("", line.upper()).replace("→", "-").replace("->", "-")
-    text = re.sub(r"\s*-\s*", " - ", text).strip(" .;,")
-    words = [WORDS.get(w, w) for w in text.split()]
-    words = [w for w in words if w]
-    if words and words[-1] == "H" and " S " in f" {' '.join(words)} ":
-        words = words[:-1]  # "A PAR S A MAR H" = support to hold = "A PAR S A MAR"
-    return " ".join(words)
-
-
-def _strip_coasts(order: str) -> str:
-    return re.sub(r"/[A-Z]{2}", "", order)
-
-
-def parse_orders(
-    text: str, possible: dict[str, list[str]], locs: list[str]
-) -> tuple[dict[str, str], list[str]]:
-    """Legal orders by location, and the invalid order lines, from a power's raw text.
-
-    `possible` is the engine's legal orders per location; `locs` the power's orderable ones.
-    The first legal order of a unit wins; a later one for the same unit is invalid.
-    """
-    orders: dict[str, str] = {}
-    invalid: list[str] = []
-    for line in text.splitlines():
-        order = normalize_order(line)
-        if not ORDER_START_RE.match(order):
-            continue
-        loc = order.split()[1].split("/")[0]
-        legal = possible.get(loc, []) if loc in locs else []
-        if order not in legal:  # allow a missing coast, or a convoyed move without VIA
-            same = [
-                o
-                for o in legal
-                if _strip_coasts(o) in (_strip_coasts(order), _strip_coasts(order) + " VIA")
-            ]
-            order = same[0] if len(same) == 1 else order
-        if order in legal and loc not in orders:
-            orders[loc] = order
-        else:
-            invalid.append(line.strip()[:80])
-    return orders, invalid
-
-
-def parse_press(text: str, sender: str, max_messages: int, max_chars: int) -> list[tuple[str, str]]:
-    """(recipient, message) pairs from `POWER: message` / `ALL: message` lines."""
-    sent: list[tuple[str, str]] = []
-    for line in text.splitlines():
-        m = PRESS_RE.match(line)
-        if not m or len(sent) >= max_messages:
-            continue
-        name, body = m.group(1).upper(), m.group(2)[:max_chars]
-        recipient = ABBREV.get(name[:3]) if name != "ALL" else "ALL"
-        if recipient and recipient != sender and name in (recipient, recipient[:3], "ALL"):
-            sent.append((recipient, body))
-    return sent
-
-
 # ---- the game -----------------------------------------------------------------------------------
 @dataclass
 class PowerStats:
@@ -281,6 +127,14 @@ class DiplomacyGame(Game):
 
     name = "diplomacy"
     roles = ROLES
+    agents = {
+        "hold": "sparring.games.diplomacy.bots:HoldBot",
+        "random-legal": "sparring.games.diplomacy.bots:RandomLegalBot",
+        "greedy": "sparring.games.diplomacy.bots:GreedyBot",
+    }
+    default_opponent = "greedy"
+    extra_group_keys = ("country", "country_stage")
+    group_key_aliases = {"country_phase": "country_stage"}
 
     def __init__(self, **params: Any) -> None:
         self.cfg = DiplomacyConfig(**params)
@@ -291,8 +145,8 @@ class DiplomacyGame(Game):
         return generate_state(seed, self.cfg.stages)
 
     def group_keys(self, seat: int) -> dict[str, str]:
-        """Extra GRPO group keys: `country` and `country_phase` (see `diplomacy_group_keys`)."""
-        return diplomacy_group_keys(self.state, seat)
+        """`country` (the seat's power) and `country_stage` (power / scenario stage)."""
+        return {"country": ROLES[seat], "country_stage": f"{ROLES[seat]}/{self.state['stage']}"}
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def reset(self, state: dict[str, Any]) -> None:
@@ -302,7 +156,7 @@ class DiplomacyGame(Game):
         self.engine.remove_rule("NO_PRESS")
         self._rng = random.Random(f"{state['seed']}:auto")
         self._moves_done = 0
-        self._stage: Literal["press", "orders"] = "press"
+        self._kind: Literal["press", "orders"] = "press"
         self._acted: set[int] = set()
         self._done = False
         self._turn = 0
@@ -325,9 +179,9 @@ class DiplomacyGame(Game):
         return self._done
 
     @property
-    def stage(self) -> str:
-        """What the pending seats are asked for: "press" or "orders"."""
-        return self._stage
+    def action_kind(self) -> str:
+        """What the pending seats are asked for now: "press" or "orders"."""
+        return self._kind
 
     @property
     def rewards(self) -> list[float]:
@@ -367,33 +221,25 @@ class DiplomacyGame(Game):
         }
 
     # ---- the move ------------------------------------------------------------------------------
-    def step(self, seat: int, text: str) -> StepResult:
-        if self._done:
-            return StepResult(ok=False, error="the game is over")
-        if seat not in self.pending_seats:
-            return StepResult(ok=False, error=f"{self._role(seat)} has nothing to do now")
-        text = text if isinstance(text, str) else str(text)
-        self._chat[seat].append({"role": "assistant", "content": text})
-        self._stats.words[seat] += len(text.split())
-        action, error = (
-            self._press(seat, text) if self._stage == "press" else self._orders(seat, text)
-        )
-        self._transcript.append(TurnRecord(self._turn, seat, text, True, error, action))
+    def _act(self, seat: int, text: str) -> StepResult:
+        """Press or orders; invalid order lines hold and are listed in `action["invalid"]`."""
+        action = self._press(seat, text) if self._kind == "press" else self._orders(seat, text)
+        self._transcript.append(TurnRecord(self._turn, seat, text, True, action=action))
         self._acted.add(seat)
         if not self.pending_seats:
             self._advance()
-        return StepResult(ok=True, error=error, action=action)
+        return StepResult(ok=True, action=action)
 
-    def _press(self, seat: int, text: str) -> tuple[dict[str, Any], None]:
+    def _press(self, seat: int, text: str) -> dict[str, Any]:
         power, phase = self._role(seat), self.engine.get_current_phase()
         sent = parse_press(text, power, self.cfg.press_max_messages, self.cfg.press_max_chars)
         for recipient, body in sent:
             to = "GLOBAL" if recipient == "ALL" else recipient
             self.engine.add_message(Message(sender=power, recipient=to, message=body, phase=phase))
         self.power_stats[seat].press_sent += len(sent)
-        return {"type": "press", "messages": [list(m) for m in sent]}, None
+        return {"type": "press", "messages": [list(m) for m in sent]}
 
-    def _orders(self, seat: int, text: str) -> tuple[dict[str, Any], str | None]:
+    def _orders(self, seat: int, text: str) -> dict[str, Any]:
         """Parse and hand the power's orders to the engine; a unit without a legal order holds
         (the action's `orders` are exactly what the engine gets, holds included)."""
         power = self._role(seat)
@@ -406,19 +252,17 @@ class DiplomacyGame(Game):
         units = {u.split()[1].split("/")[0]: u for u in self.engine.get_units(power)}
         orders = [orders.get(loc, f"{units[loc]} H") for loc in locs]  # unordered units hold
         self.engine.set_orders(power, orders)
-        self._stats.invalid_actions[seat] += len(invalid)
-        error = None
+        self._stats.invalid_actions[seat] += bool(invalid)  # turns with an invalid order
         if invalid:
-            error = f"{len(invalid)} invalid order(s) became holds: " + "; ".join(invalid[:5])
             self._feedback[seat].append(f"Invalid orders ignored: {'; '.join(invalid[:5])}")
-        return {"type": "orders", "orders": orders, "invalid": invalid}, error
+        return {"type": "orders", "orders": orders, "invalid": invalid}
 
     def _advance(self) -> None:
         """Press round over -> ask for orders; orders in -> resolve the phase and go on."""
         self._turn += 1
         self._acted = set()
-        if self._stage == "press":
-            self._stage = "orders"
+        if self._kind == "press":
+            self._kind = "orders"
             self._deliver_press()
             return
         self.engine.process()
@@ -433,11 +277,11 @@ class DiplomacyGame(Game):
 
     # ---- observations --------------------------------------------------------------------------
     def _movers(self) -> list[int]:
-        """Seats that act in the current stage: powers with orderable locations."""
+        """Seats that act now: powers with orderable locations."""
         return [s for s, p in enumerate(ROLES) if self.engine.get_orderable_locations(p)]
 
     def _start_phase(self) -> None:
-        self._stage = "press" if self.cfg.press else "orders"
+        self._kind = "press" if self.cfg.press else "orders"
         if not self._movers():  # nobody can move (never in practice): end the episode
             self._done = True
             return
@@ -535,10 +379,23 @@ class DiplomacyGame(Game):
     def _role(seat: int) -> str:
         return ROLES[seat]
 
-    def _tell(self, seat: int, text: str) -> None:
-        """Append to `seat`'s pending user message (merged so roles keep alternating)."""
-        chat = self._chat[seat]
-        if chat[-1]["role"] == "user":
-            chat[-1]["content"] += "\n" + text
-        else:
-            chat.append({"role": "user", "content": text})
+    # ---- hooks: per-country metrics, the vs-every-bot evaluation and its report ----------------
+    @classmethod
+    def episode_metrics(cls, episodes: list[dict[str, Any]], policy: str) -> dict[str, float]:
+        from sparring.games.diplomacy.metrics import country_metrics
+
+        return country_metrics(episodes, policy)
+
+    @classmethod
+    def scripted_eval(cls, policy: Any, inits: list, cfg: Any, progress: bool) -> Any:
+        from sparring.games.diplomacy.report import vs_bots
+
+        return vs_bots(policy, inits, cfg, progress)
+
+    @classmethod
+    def write_report(cls, metrics: dict[str, float], out_dir: Path) -> dict[str, Path]:
+        from sparring.games.diplomacy.report import write_country_report
+
+        if not any(k.endswith("/all/reward_mean") for k in metrics):  # no vs-bots eval ran
+            return {}
+        return write_country_report(metrics, out_dir)

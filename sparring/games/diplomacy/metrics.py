@@ -9,7 +9,7 @@ For every country, over the seats that `policy` played (all seats if None):
     country/<C>/centers           mean supply centers at the end
     country/<C>/solo_rate         share of episodes the country ended with >= 18 centers
     country/<C>/survival_rate, elimination_rate
-    country/<C>/invalid_rate      invalid order lines / all order lines written
+    country/<C>/invalid_order_rate invalid order lines / all order lines written
     country/<C>/moves             mean movement phases played
 """
 
@@ -40,7 +40,7 @@ def country_metrics(
                     "centers": out["centers"][country],
                     "solo": out["solo"] == country,
                     "eliminated": country in out["eliminated"],
-                    "invalid_rate": stats["invalid_orders"] / written if written else 0.0,
+                    "invalid_order_rate": stats["invalid_orders"] / written if written else 0.0,
                     "moves": out["moves"],
                 }
             )
@@ -55,7 +55,7 @@ def country_metrics(
             f"country/{country}/solo_rate": float(col["solo"].mean()),
             f"country/{country}/survival_rate": float(1.0 - col["eliminated"].mean()),
             f"country/{country}/elimination_rate": float(col["eliminated"].mean()),
-            f"country/{country}/invalid_rate": float(col["invalid_rate"].mean()),
+            f"country/{country}/invalid_order_rate": float(col["invalid_order_rate"].mean()),
             f"country/{country}/moves": float(col["moves"].mean()),
         }
     return metrics

@@ -4,10 +4,10 @@
     sparring evaluate --game diplomacy --param horizon=2 --model runs/tiny \
         --inits runs/dip-inits/val.parquet --modes vs_scripted --out runs/dip-eval
 
-`evaluate` calls `vs_bots` for its vs_scripted mode when the game is Diplomacy. Every
+`evaluate` calls `vs_bots` (through `DiplomacyGame.scripted_eval`) for its vs_scripted mode. Every
 (val state, bot, country) game seats the policy in that country and the bot in the other six;
 all of them are played in ONE batched rollout. Metrics:
-    eval/vs_<bot>/<COUNTRY>/<metric>   `sparring.country_metrics` per bot and country
+    eval/vs_<bot>/<COUNTRY>/<metric>   `metrics.country_metrics` per bot and country
                                        (reward_mean, reward_std, centers, solo_rate, ...)
     eval/vs_<bot>/all/reward_mean      over all countries
     eval/vs_scripted/<COUNTRY>/...     the generic per-role metrics against the default
@@ -26,11 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from sparring.agents import make_agent
-from sparring.country_metrics import country_metrics
 from sparring.evaluate import EvalConfig, seat_metrics
-from sparring.games.diplomacy import ROLES
-from sparring.rollout import Episode, Policy, RolloutConfig, play
+from sparring.games.diplomacy.board import ROLES
+from sparring.games.diplomacy.game import DiplomacyGame
+from sparring.games.diplomacy.metrics import country_metrics
+from sparring.rollout import Episode, Policy, play
 
 BOTS = ("hold", "random-legal", "greedy")
 """Scripted opponents, weakest first."""
@@ -55,15 +55,8 @@ def vs_bots(
         for init_id, state in inits
     ]
     plan = [[bot if s != seat else "policy" for s in range(len(ROLES))] for bot, seat, *_ in games]
-    rcfg = RolloutConfig(
-        game="diplomacy",
-        game_params=cfg.game_params,
-        games_per_init=1,
-        sampling=cfg.sampling,
-        max_batch_size=cfg.max_batch_size,
-        max_context_tokens=cfg.max_context_tokens,
-    )
-    policies = {"policy": policy, **{bot: make_agent(bot) for bot in bots}}
+    rcfg = cfg.mode_rollout(None)
+    policies = {"policy": policy, **{bot: DiplomacyGame.make_agent(bot) for bot in bots}}
     # distinct ids per game: the backend keys its KV cache by game id and seat
     runs = [(f"{init_id}/{bot}/{ROLES[seat]}", state) for bot, seat, init_id, state in games]
     episodes = play(runs, policies, rcfg, progress=progress, seat_plan=plan).episodes
@@ -102,7 +95,7 @@ def write_country_report(metrics: dict[str, float], out_dir: str | Path) -> dict
     out.mkdir(parents=True, exist_ok=True)
     grids = {
         m: country_grid(metrics, m)
-        for m in ("reward_mean", "reward_std", "centers", "survival_rate", "invalid_rate")
+        for m in ("reward_mean", "reward_std", "centers", "survival_rate", "invalid_order_rate")
     }
     bots = list(grids["reward_mean"])
     lines = ["| country | " + " | ".join(bots) + " |", "|---" * (len(bots) + 1) + "|"]
@@ -110,7 +103,7 @@ def write_country_report(metrics: dict[str, float], out_dir: str | Path) -> dict
         cells = [
             f"{grids['reward_mean'][b][country]:.3f} ± {grids['reward_std'][b][country]:.3f} "
             f"({grids['centers'][b][country]:.1f} SC, surv {grids['survival_rate'][b][country]:.2f}"
-            f", inv {grids['invalid_rate'][b][country]:.2f})"
+            f", inv {grids['invalid_order_rate'][b][country]:.2f})"
             for b in bots
         ]
         lines.append(f"| {country} | " + " | ".join(cells) + " |")

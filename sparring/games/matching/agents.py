@@ -17,7 +17,9 @@ import re
 
 import numpy as np
 
-from sparring.games.matching import MatchingGame, _match_name, best_assignment
+from sparring.games.matching.game import MatchingGame
+from sparring.games.matching.parse import match_name
+from sparring.games.matching.table import best_assignment
 
 CELL_RE = re.compile(r"([A-Za-z][\w]*)\s+([A-Za-z][\w]*)\s*[:=]?\s*(\d+)")
 
@@ -80,7 +82,7 @@ class ScriptedMatchingAgent:
                 if not line.startswith("Partner: [message]"):
                     continue
                 for r, p, v in CELL_RE.findall(line):
-                    rn, pn = _match_name(r, state["reviewers"]), _match_name(p, state["papers"])
+                    rn, pn = match_name(r, state["reviewers"]), match_name(p, state["papers"])
                     if rn and pn:
                         heard[(state["reviewers"].index(rn), state["papers"].index(pn))] = float(v)
         return heard

@@ -19,121 +19,11 @@ Rules (from dialop, see DESIGN.md):
 
 from __future__ import annotations
 
-import difflib
-import re
 from typing import Any
 
-import numpy as np
-from scipy.optimize import linear_sum_assignment
-
 from sparring.games.base import Game, GameStats, StepResult, TurnRecord
-
-REVIEWERS = (
-    "Ava",
-    "Ben",
-    "Cole",
-    "Dana",
-    "Eli",
-    "Faye",
-    "Gus",
-    "Hana",
-    "Ivan",
-    "Jade",
-    "Kai",
-    "Lena",
-    "Milo",
-    "Nora",
-    "Owen",
-    "Pia",
-)
-PAPERS = (
-    "BLEU",
-    "GloVe",
-    "ELMo",
-    "BERT",
-    "LoRA",
-    "Adam",
-    "ResNet",
-    "GAN",
-    "Dropout",
-    "Word2Vec",
-    "Seq2Seq",
-    "T5",
-    "RoBERTa",
-    "PPO",
-    "DQN",
-    "CLIP",
-)
-
-TAG_RE = re.compile(r"\[(message|propose|accept|reject)\]", re.IGNORECASE)
-PAIR_RE = re.compile(r"^\s*[-*\d.)]*\s*(.+?)\s*(?::|->|=>|→|=|\s-\s)\s*(.+?)\s*[.;,]?\s*$")
-NAME_CUTOFF = 0.75  # difflib ratio needed to accept a misspelt name
-
-
-def best_assignment(values: np.ndarray) -> tuple[list[int], float]:
-    """Max-value perfect matching (row i -> column cols[i]) and its total value."""
-    rows, cols = linear_sum_assignment(values, maximize=True)
-    return cols.tolist(), float(values[rows, cols].sum())
-
-
-def generate_state(
-    seed: int,
-    k: int = 8,
-    p_visible: float = 0.4,
-    hard_ratio: float | None = 1.25,
-    max_tries: int = 20000,
-    random_names: bool = True,
-) -> dict[str, Any]:
-    """A seeded, JSON-serialisable initial state. The same arguments always give the same state.
-
-    `random_names=False` always uses the first k reviewer and paper names, in order (the table
-    is unchanged): an easier variant for CPU learning curves, where a tiny model can't yet copy
-    names from its table.
-
-    Like dialop, if no hard table turns up in `max_tries` draws the last one is kept and the
-    state says `"hard": False` (at k=8 a hard table takes ~6000 draws, ~0.3 s).
-    """
-    if not 2 <= k <= len(REVIEWERS):
-        raise ValueError(f"k must be in [2, {len(REVIEWERS)}], got {k}")
-    rng = np.random.default_rng(seed)
-    for attempt in range(1, max_tries + 1):  # noqa: B007 - reported in the state
-        table = rng.integers(0, 101, size=(k, k))
-        visible = rng.random((2, k, k)) < p_visible  # (seat, reviewer, paper)
-        table[~visible[0] & ~visible[1]] = 50
-        scales = rng.uniform(1.0, 10.0, size=2)
-        best_cols, best = best_assignment(table.astype(float))
-        own = []  # true value of each seat's best guess from its own cells alone
-        for seat in range(2):
-            guess = np.where(visible[seat], table, 50).astype(float)
-            cols, _ = best_assignment(guess)
-            own.append(float(table[np.arange(k), cols].sum()))
-        hard = hard_ratio is None or max(own) < best / hard_ratio
-        if hard:
-            break
-    names = rng.permutation(len(REVIEWERS))[:k], rng.permutation(len(PAPERS))[:k]
-    if not random_names:
-        names = np.arange(k), np.arange(k)
-    views = [
-        [
-            [int(table[r, p] * scales[s]) if visible[s, r, p] else None for p in range(k)]
-            for r in range(k)
-        ]
-        for s in range(2)
-    ]
-    return {
-        "seed": int(seed),
-        "k": k,
-        "reviewers": [REVIEWERS[i] for i in names[0]],
-        "papers": [PAPERS[i] for i in names[1]],
-        "table": table.tolist(),
-        "views": views,
-        "scales": scales.tolist(),
-        "best_value": best,
-        "best_assignment": best_cols,
-        "own_best_values": own,
-        "attempts": attempt,
-        "hard": bool(hard),
-    }
+from sparring.games.matching.parse import parse_action
+from sparring.games.matching.table import generate_state
 
 
 class MatchingGame(Game):
@@ -141,6 +31,8 @@ class MatchingGame(Game):
 
     name = "matching"
     roles = ("player_a", "player_b")
+    agents = {"matching-scripted": "sparring.games.matching.agents:ScriptedMatchingAgent"}
+    default_opponent = "matching-scripted"
 
     def __init__(
         self,
@@ -208,14 +100,7 @@ class MatchingGame(Game):
         }
 
     # ---- the move --------------------------------------------------------------------------
-    def step(self, seat: int, text: str) -> StepResult:
-        if self._done:
-            return StepResult(ok=False, error="the game is over")
-        if seat != self._seat:
-            return StepResult(ok=False, error=f"it is seat {self._seat}'s turn, not seat {seat}'s")
-        text = text if isinstance(text, str) else str(text)
-        self._chat[seat].append({"role": "assistant", "content": text})
-        self._stats.words[seat] += len(text.split())
+    def _act(self, seat: int, text: str) -> StepResult:
         action, error = self.parse(text)
         if error is None:
             error = self._check_legal(action)
@@ -275,45 +160,9 @@ class MatchingGame(Game):
             self._proposal = None
             self._tell(other, "Partner: [reject]")
 
-    # ---- parsing ---------------------------------------------------------------------------
     def parse(self, text: str) -> tuple[dict[str, Any] | None, str | None]:
         """Parse raw model text into an action. Returns (action, None) or (partial, error)."""
-        tags = list(TAG_RE.finditer(text))
-        if not tags:
-            return None, "no action tag; use [message], [propose], [accept] or [reject]"
-        last = tags[-1]
-        kind, body = last.group(1).lower(), text[last.end() :].strip()
-        if kind == "message":
-            return ({"type": "message", "text": body}, None) if body else (None, "empty message")
-        if kind in ("accept", "reject"):
-            return {"type": kind}, None
-        return self._parse_proposal(body)
-
-    def _parse_proposal(self, body: str) -> tuple[dict[str, Any] | None, str | None]:
-        reviewers, papers, k = self.state["reviewers"], self.state["papers"], self.k
-        assignment: dict[str, str] = {}
-        errors: list[str] = []
-        for chunk in re.split(r"[\n;,]+", body):
-            m = PAIR_RE.match(chunk)
-            if not chunk.strip() or not m:
-                continue
-            r, p = _match_name(m.group(1), reviewers), _match_name(m.group(2), papers)
-            if r is None or p is None:
-                errors.append(f"unknown name in {chunk.strip()[:40]!r}")
-            elif r in assignment:
-                errors.append(f"reviewer {r} assigned twice")
-            else:
-                assignment[r] = p
-        if errors:
-            return None, "; ".join(errors[:3])
-        if len(set(assignment.values())) != len(assignment):
-            return None, "a paper is assigned to two reviewers"
-        if len(assignment) != k:
-            return (
-                None,
-                f"a proposal needs exactly {k} 'reviewer: paper' lines, got {len(assignment)}",
-            )
-        return {"type": "propose", "assignment": assignment}, None
+        return parse_action(text, self.state["reviewers"], self.state["papers"])
 
     # ---- helpers ---------------------------------------------------------------------------
     def proposal_value(self, cols: list[int]) -> float:
@@ -325,14 +174,6 @@ class MatchingGame(Game):
 
     def render_proposal(self, cols: list[int]) -> str:
         return "[propose]\n" + "\n".join(f"{r}: {p}" for r, p in self._named(cols).items())
-
-    def _tell(self, seat: int, text: str) -> None:
-        """Append to `seat`'s pending user message (merged so roles keep alternating)."""
-        chat = self._chat[seat]
-        if chat[-1]["role"] == "user":
-            chat[-1]["content"] += "\n" + text
-        else:
-            chat.append({"role": "user", "content": text})
 
     def _system_prompt(self, seat: int) -> str:
         st = self.state
@@ -351,13 +192,3 @@ class MatchingGame(Game):
             "End each turn with one action: [message] text, [propose] then one "
             "'reviewer: paper' line per reviewer, [accept], or [reject]."
         )
-
-
-def _match_name(raw: str, names: list[str]) -> str | None:
-    """Exact (case-insensitive) match, else the closest name above NAME_CUTOFF."""
-    key = re.sub(r"[^a-z0-9]", "", raw.lower())
-    table = {re.sub(r"[^a-z0-9]", "", n.lower()): n for n in names}
-    if key in table:
-        return table[key]
-    close = difflib.get_close_matches(key, list(table), n=1, cutoff=NAME_CUTOFF)
-    return table[close[0]] if close else None

@@ -333,7 +333,7 @@ def test_cli_rollout_generates_through_the_configured_server(hf, tiny_model_dir,
     from sparring.game_init import GameInitConfig, write_inits
 
     inits = write_inits(
-        GameInitConfig(game_params={"k": 3}, num_train=2, num_val=1), tmp_path / "i"
+        GameInitConfig(game={"params": {"k": 3}}, num_train=2, num_val=1), tmp_path / "i"
     )
     app = _Server(hf)
     with serve(app) as url:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import ClientError
 
-from sparring.s3server import S3Server
+from sparring.dev.s3server import S3Server
 
 
 def listening(port: int) -> bool:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sparring.agents import make_agent
 from sparring.games import make_game
+from sparring.games.matching import MatchingGame
 
 
 def play_scripted(k: int, seeds: range) -> list[float]:
@@ -13,7 +13,7 @@ def play_scripted(k: int, seeds: range) -> list[float]:
     for seed in seeds:
         game = make_game("matching", k=k)
         game.reset(game.generate_state(seed))
-        agent = make_agent("matching-scripted")
+        agent = MatchingGame.make_agent("matching-scripted")
         while not game.done:
             seat = game.current_seat
             assert game.step(seat, agent.act(game, seat)).ok  # never makes an illegal move
@@ -32,7 +32,7 @@ def test_scripted_agent_only_uses_its_own_view():
     game = make_game("matching", k=4)
     state = game.generate_state(5)
     game.reset(state)
-    first = make_agent("matching-scripted").act(game, 0)
+    first = MatchingGame.make_agent("matching-scripted").act(game, 0)
     state2 = {**state, "views": [state["views"][0], [[None] * 4 for _ in range(4)]]}
     game.reset(state2)
-    assert make_agent("matching-scripted").act(game, 0) == first
+    assert MatchingGame.make_agent("matching-scripted").act(game, 0) == first

@@ -77,7 +77,9 @@ def hf(tiny_model_dir) -> HFBackend:
 
 @pytest.fixture(scope="module")
 def rows():
-    cfg = GameInitConfig(game="matching", game_params=GAME_PARAMS, num_train=2, num_val=1, seed=3)
+    cfg = GameInitConfig(
+        game={"name": "matching", "params": GAME_PARAMS}, num_train=2, num_val=1, seed=3
+    )
     inits = generate_inits(cfg, progress=False)
     train = inits[inits.split == "train"]
     import json

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 pytest.importorskip("diplomacy")
 
 from sparring.cli import main  # noqa: E402
-from sparring.evaluate_diplomacy import BOTS, country_grid  # noqa: E402
 from sparring.games.diplomacy import ROLES  # noqa: E402
+from sparring.games.diplomacy.report import BOTS, country_grid  # noqa: E402
 
 PARAMS = ("--param", "horizon=1", "--param", "press=false")
 
@@ -53,7 +53,7 @@ def test_rollout_command(inits, tmp_path, tiny_model_dir):
     df = pd.read_parquet(tmp_path / "samples.parquet")
     # one row per (game, power that still had units): 2 games x up to 7 powers
     assert 7 <= len(df) <= 14 and (df.country == df.role).all()
-    assert all(p.startswith(f"{c}/") for c, p in zip(df.country, df.country_phase, strict=True))
+    assert all(p.startswith(f"{c}/") for c, p in zip(df.country, df.country_stage, strict=True))
 
 
 def test_evaluate_against_every_bot_in_every_country(inits, tmp_path, tiny_model_dir):

@@ -8,8 +8,8 @@ import uuid
 import pytest
 
 from sparring import storage
-from sparring.local_run import format_summary, run_local
-from sparring.pipeline_config import PipelineConfig
+from sparring.pipeline.config import PipelineConfig
+from sparring.pipeline.local import format_summary, run_local
 from sparring.tracking import connect
 
 pytestmark = pytest.mark.slow
@@ -21,7 +21,7 @@ def tiny_config(tmp_path, model: str) -> PipelineConfig:
     return PipelineConfig.model_validate(
         {
             "run_name": f"e2e-{tag}",
-            "game_params": {"k": 3, "max_turns": 2},
+            "game": {"params": {"k": 3, "max_turns": 2}},
             "model": model,
             "iterations": 2,
             "games_per_iteration": 4,

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from pydantic import ValidationError
 
 from sparring.cli import main
-from sparring.pipeline_config import CONFIG_DIR, PipelineConfig
+from sparring.pipeline.config import CONFIG_DIR, PipelineConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 GPU_CONFIG = CONFIG_DIR / "pipeline-gpu.yaml"
@@ -108,7 +108,7 @@ def test_committed_yaml_is_current(gpu_yaml):
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ({"rollout": {"game_params": {"k": 5}}}, "set it once, at the top"),
+        ({"rollout": {"game": {"params": {"k": 5}}}}, "set it once, at the top"),
         ({"games_per_iteration": 6, "rollout": {"games_per_init": 4}}, "multiple of"),
         ({"group_key": "planet"}, "unknown group_key"),
         ({"kubernetes": {"gpus": 1}}, "Extra inputs are not permitted"),
@@ -120,7 +120,7 @@ def test_committed_yaml_is_current(gpu_yaml):
 )
 def test_config_errors_name_the_fix(override, message):
     with pytest.raises(ValidationError, match=message):
-        PipelineConfig.model_validate({"game_params": {"k": 3}, **override})
+        PipelineConfig.model_validate({"game": {"params": {"k": 3}}, **override})
 
 
 def test_opponent_pool_is_the_games_scripted_agents_and_past_checkpoints():
@@ -142,7 +142,7 @@ def test_rollout_waits_for_the_past_checkpoint_it_loads(tmp_path):
 
     mix = {"selfplay_fraction": 0.5, "difficulty": {"pool": ["matching-scripted", "past-1"]}}
     cfg = PipelineConfig.model_validate(
-        {"game_params": {"k": 3}, "iterations": 3, "opponents": mix}
+        {"game": {"params": {"k": 3}}, "iterations": 3, "opponents": mix}
     )
     compiled = Path(compile_pipeline(cfg, str(tmp_path / "past.yaml")))
     spec = next(yaml.safe_load_all(compiled.read_text()))
@@ -179,7 +179,7 @@ def test_train_sections_are_checked_at_build_time():
 
 
 def test_game_is_set_once():
-    cfg = PipelineConfig.model_validate({"game_params": {"k": 3}})
+    cfg = PipelineConfig.model_validate({"game": {"params": {"k": 3}}})
     assert cfg.rollout.game_params == cfg.eval.game_params == cfg.game_init.game_params == {"k": 3}
 
 
@@ -263,7 +263,7 @@ def test_verl_config_errors_name_the_fix(override, message):
             {
                 "train_backend": "verl",
                 "games_per_iteration": 1024,
-                "game_params": {"k": 3},
+                "game": {"params": {"k": 3}},
                 **override,
             }
         )

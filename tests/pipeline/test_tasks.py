@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from sparring import steps, storage
+from sparring import storage
 from sparring.models import resolve_model
-from sparring.pipeline_config import PipelineConfig
+from sparring.pipeline import reports, tasks
+from sparring.pipeline.config import PipelineConfig
 from sparring.tracking import PipelineRun, TrackingConfig, TrackingUnavailableError, connect
 
 
@@ -22,7 +23,7 @@ def cfg(s3_server, tmp_path, monkeypatch) -> PipelineConfig:
         monkeypatch.setenv(key, value)
     return PipelineConfig.model_validate(
         {
-            "game_params": {"k": 3},
+            "game": {"params": {"k": 3}},
             "storage": {"root": f"s3://sparring/steps-{uuid.uuid4().hex[:6]}"},
             "tracking": {
                 "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
@@ -42,7 +43,7 @@ METRICS = {"eval/selfplay/all/normalized_reward": 0.5, "rollout/normalized_rewar
 
 def test_register_then_load_back(cfg, tiny_model_dir, tmp_path, monkeypatch):
     parent = PipelineRun.start(cfg.tracking, "r").run_id
-    done = steps.register(cfg, parent, "r", 0, str(tiny_model_dir), METRICS)
+    done = tasks.register(cfg, parent, "r", 0, str(tiny_model_dir), METRICS)
     assert done.checkpoint_uri == f"{cfg.storage.root}/r/0/checkpoint"
     assert (done.version, done.champion_version) == ("1", "1")
     storage.verify(done.checkpoint_uri, deep=True)
@@ -54,7 +55,7 @@ def test_register_then_load_back(cfg, tiny_model_dir, tmp_path, monkeypatch):
     assert files == sorted(p.name for p in tiny_model_dir.iterdir())
     # the pipeline's first step does the same with the config's registry
     first = cfg.model_copy(update={"model": f"models:/{cfg.registered_model}@champion"})
-    steps.initial_model(first, tmp_path / "m0")
+    tasks.initial_model(first, tmp_path / "m0")
     assert (tmp_path / "m0" / "model.safetensors").exists()
 
 
@@ -68,7 +69,7 @@ def test_s3_fault_registers_nothing(fault, cfg, tiny_model_dir, monkeypatch):
         monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")  # nothing listens
         expected = storage.S3UnreachableError
     with pytest.raises(expected, match="AWS_"):
-        steps.register(cfg, parent, "r", 0, str(tiny_model_dir), METRICS)
+        tasks.register(cfg, parent, "r", 0, str(tiny_model_dir), METRICS)
     assert registered(cfg) == []
     assert connect(cfg.tracking).get_run(parent).data.metrics == {}
 
@@ -87,12 +88,12 @@ def test_interrupted_checkpoint_upload_is_not_registered_and_rerun_completes(
 
     monkeypatch.setattr(storage._S3Store, "put", dies_after_one_file)
     with pytest.raises(ConnectionResetError):
-        steps.register(cfg, parent, "r", 0, str(tiny_model_dir), METRICS)
+        tasks.register(cfg, parent, "r", 0, str(tiny_model_dir), METRICS)
     assert registered(cfg) == []
     with pytest.raises(storage.VerifyError, match="no MANIFEST"):
         storage.verify(f"{cfg.storage.root}/r/0/checkpoint")
     monkeypatch.setattr(storage._S3Store, "put", real_put)
-    assert steps.register(cfg, parent, "r", 0, str(tiny_model_dir), METRICS).version == "1"
+    assert tasks.register(cfg, parent, "r", 0, str(tiny_model_dir), METRICS).version == "1"
 
 
 def test_mlflow_unreachable_stops_the_run_at_start(cfg):
@@ -100,7 +101,7 @@ def test_mlflow_unreachable_stops_the_run_at_start(cfg):
         update={"tracking": TrackingConfig(tracking_uri="http://127.0.0.1:9", probe_timeout=1)}
     )
     with pytest.raises(TrackingUnavailableError, match="MLFLOW_TRACKING_URI"):
-        steps.start(down, "job")
+        tasks.start(down, "job")
 
 
 def test_eval_report_inlines_the_plot(tmp_path):
@@ -113,7 +114,7 @@ def test_eval_report_inlines_the_plot(tmp_path):
         '{"selfplay": [{"game_id": "g<1>", "rewards": [0.5, 0.5], '
         '"transcript": [{"seat": 0, "text": "[accept] <b>"}]}]}'
     )
-    page = steps.eval_report(metrics, plot, transcripts, iteration=3)
+    page = reports.eval_report(metrics, plot, transcripts, iteration=3)
     assert 'src="data:image/png;base64,iVBOR' in page
     assert "Iteration 3" in page and "&lt;b&gt;" in page and "<b>" not in page
 
@@ -124,8 +125,7 @@ def test_diplomacy_runs_through_every_pipeline_step(tiny_model_dir, tmp_path):
     pytest.importorskip("diplomacy")
     cfg = PipelineConfig.model_validate(
         {
-            "game": "diplomacy",
-            "game_params": {"horizon": 1, "press": False},
+            "game": {"name": "diplomacy", "params": {"horizon": 1, "press": False}},
             "games_per_iteration": 4,
             "group_key": "country",
             "device": "cpu",
@@ -141,22 +141,22 @@ def test_diplomacy_runs_through_every_pipeline_step(tiny_model_dir, tmp_path):
             "registered_model": "dip-model",
         }
     )
-    inits = steps.game_init(cfg, tmp_path / "inits", "r")
-    stats = steps.rollout(cfg, str(tiny_model_dir), str(inits["train"]), 0, 4, tmp_path / "ro", "r")
+    inits = tasks.game_init(cfg, tmp_path / "inits", "r")
+    stats = tasks.rollout(cfg, str(tiny_model_dir), str(inits["train"]), 0, 4, tmp_path / "ro", "r")
     assert stats["rollout/games"] == 4
     assert stats["rollout/country/FRANCE/episodes"] == 4  # self-play: every country, every game
-    metrics = steps.train(
+    metrics = tasks.train(
         cfg, str(tiny_model_dir), str(tmp_path / "ro/samples.parquet"), tmp_path / "m1", "country"
     )
     groups = metrics["train/country/num_groups"]  # a power with no units left writes no sample
     assert groups == 7
     assert groups * metrics["train/country/mean_group_size"] == metrics["train/samples"]
-    ev, report = steps.evaluate(
+    ev, report = tasks.evaluate(
         cfg, str(tmp_path / "m1"), str(tiny_model_dir), str(inits["val"]), tmp_path / "ev", "r", 0
     )
     assert {"eval/vs_greedy/TURKEY/reward_mean", cfg.champion_metric} <= set(ev)
     parent = PipelineRun.start(cfg.tracking, "r").run_id
-    done = steps.register(cfg, parent, "r", 0, str(tmp_path / "m1"), stats | metrics | ev)
+    done = tasks.register(cfg, parent, "r", 0, str(tmp_path / "m1"), stats | metrics | ev)
     assert done.version == "1" and storage.verify(done.checkpoint_uri, deep=True)
 
 
@@ -172,8 +172,7 @@ def test_diplomacy_opponent_mix_follows_and_carries_the_schedule(tiny_model_dir,
     pytest.importorskip("diplomacy")
     cfg = PipelineConfig.model_validate(
         {
-            "game": "diplomacy",
-            "game_params": {"horizon": 1, "press": False},
+            "game": {"name": "diplomacy", "params": {"horizon": 1, "press": False}},
             "games_per_iteration": 4,
             "device": "cpu",
             "game_init": {"num_train": 4, "num_val": 1},
@@ -190,8 +189,8 @@ def test_diplomacy_opponent_mix_follows_and_carries_the_schedule(tiny_model_dir,
             "storage": {"root": (tmp_path / "store").as_uri()},
         }
     )
-    train = str(steps.game_init(cfg, tmp_path / "inits", "r")["train"])
-    stats = steps.rollout(cfg, str(tiny_model_dir), train, 0, 4, tmp_path / "ro0", "r")
+    train = str(tasks.game_init(cfg, tmp_path / "inits", "r")["train"])
+    stats = tasks.rollout(cfg, str(tiny_model_dir), train, 0, 4, tmp_path / "ro0", "r")
     plan = read_jsonl(tmp_path / "ro0/seat_plan.jsonl")
     assert [row["mode"] for row in plan].count("selfplay") == 1
     games = read_jsonl(tmp_path / "ro0/games.jsonl")
@@ -208,7 +207,7 @@ def test_diplomacy_opponent_mix_follows_and_carries_the_schedule(tiny_model_dir,
     assert saved["levels"] == {country: 1} and saved["history"][0]["iteration"] == 0
     assert storage.verify(f"{cfg.storage.root}/r/0/rollout")  # uploaded with the rollout
 
-    again = steps.rollout(
+    again = tasks.rollout(
         cfg,
         str(tiny_model_dir),
         train,
@@ -224,7 +223,7 @@ def test_diplomacy_opponent_mix_follows_and_carries_the_schedule(tiny_model_dir,
     (mixed,) = [r for r in read_jsonl(tmp_path / "ro1/seat_plan.jsonl") if r["mode"] == "vs_pool"]
     assert mixed["level"] == saved["levels"].get(mixed["learner_country"], 0)
     # no schedule given (a campaign block's first rollout): the one stored by iteration 1
-    steps.rollout(cfg, str(tiny_model_dir), train, 2, 4, tmp_path / "ro2", "r")
+    tasks.rollout(cfg, str(tiny_model_dir), train, 2, 4, tmp_path / "ro2", "r")
     resumed = json.loads((tmp_path / "ro2/schedule.json").read_text())
     assert resumed["history"][: len(carried["history"])] == carried["history"]
 
@@ -236,8 +235,7 @@ def test_past_checkpoint_opponents_load_the_right_iterations_model(tiny_model_di
     pytest.importorskip("diplomacy")
     cfg = PipelineConfig.model_validate(
         {
-            "game": "diplomacy",
-            "game_params": {"horizon": 1, "press": False},
+            "game": {"name": "diplomacy", "params": {"horizon": 1, "press": False}},
             "games_per_iteration": 2,
             "device": "cpu",
             "game_init": {"num_train": 2, "num_val": 1},
@@ -247,14 +245,14 @@ def test_past_checkpoint_opponents_load_the_right_iterations_model(tiny_model_di
         }
     )
     root = cfg.storage.root
-    train = str(steps.game_init(cfg, tmp_path / "inits", "r")["train"])
+    train = str(tasks.game_init(cfg, tmp_path / "inits", "r")["train"])
 
     def seated(out: Path) -> tuple[set, list]:
         plan = {(r["opponent"], r["opponent_model"]) for r in read_jsonl(out / "seat_plan.jsonl")}
         games = [sorted(g["seat_policies"]) for g in read_jsonl(out / "games.jsonl")]
         return plan, games
 
-    steps.rollout(cfg, str(tiny_model_dir), train, 0, 2, tmp_path / "ro0", "r")
+    tasks.rollout(cfg, str(tiny_model_dir), train, 0, 2, tmp_path / "ro0", "r")
     assert seated(tmp_path / "ro0") == (
         {("past-1", f"{root}/r/initial")},
         [["past-1"] * 6 + ["policy"]] * 2,
@@ -268,115 +266,8 @@ def test_past_checkpoint_opponents_load_the_right_iterations_model(tiny_model_di
     (tmp_path / "ckpt1").mkdir()
     (tmp_path / "ckpt1" / "README").write_text("the learner of rollout 2, not its past-1")
     storage.upload_dir(tmp_path / "ckpt1", f"{root}/r/1/checkpoint")
-    steps.rollout(cfg, str(tiny_model_dir), train, 2, 2, tmp_path / "ro2", "r")
+    tasks.rollout(cfg, str(tiny_model_dir), train, 2, 2, tmp_path / "ro2", "r")
     assert seated(tmp_path / "ro2") == (
         {("past-1", f"{root}/r/0/checkpoint")},
         [["past-1"] * 6 + ["policy"]] * 2,
     )
-
-
-# ---- train_backend: verl (CPU: up to the launch; no GPU here) -----------------------------
-def verl_cfg(tmp_path) -> PipelineConfig:
-    return PipelineConfig.model_validate(
-        {
-            "game_params": {"k": 3, "max_turns": 4},
-            "train_backend": "verl",
-            "games_per_iteration": 16,
-            "game_init": {"num_train": 6, "num_val": 2},
-            "verl": {
-                "n_gpus_per_node": 1,
-                "rollout_n": 2,
-                "train_batch_size": 8,
-                "ppo_mini_batch_size": 8,
-                "micro_batch_size_per_gpu": 1,
-            },
-            "storage": {"root": (tmp_path / "store").as_uri()},
-            "tracking": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "v"},
-            "registered_model": "verl-model",
-        }
-    )
-
-
-def test_verl_launch_writes_the_rows_and_a_command_verls_hydra_config_accepts(
-    tiny_model_dir, tmp_path
-):
-    import pandas as pd
-    from hydra import compose, initialize_config_dir
-
-    cfg = verl_cfg(tmp_path)
-    inits = steps.game_init(cfg, tmp_path / "inits", "r")
-    cmd = steps.verl_launch(
-        cfg,
-        str(tiny_model_dir),
-        str(inits["train"]),
-        str(inits["val"]),
-        1,
-        16,
-        tmp_path / "work",
-        tmp_path / "scratch",
-        python="python",
-    )
-    assert cmd[:3] == ["python", "-m", "verl.trainer.main_ppo"]
-    train = pd.read_parquet(tmp_path / "work/data/train.parquet")
-    val = pd.read_parquet(tmp_path / "work/data/val.parquet")
-    # 16 games / (rollout_n 2 x 2 seats) = 4 states; iteration 1 rotates to states 4, 5, 0, 1.
-    ids = pd.read_parquet(inits["train"]).init_id.tolist()
-    assert len(train) == cfg.verl_rows_per_iteration == 8
-    assert list(dict.fromkeys(e["init_id"] for e in train.extra_info)) == [
-        ids[i] for i in (4, 5, 0, 1)
-    ]
-    assert len(val) == 2 * 2 and set(train.agent_name) == {"sparring_selfplay"}
-    config_dir = Path(__import__("verl").__file__).parent / "trainer" / "config"
-    with initialize_config_dir(config_dir=str(config_dir), version_base=None):
-        composed = compose(config_name="ppo_trainer", overrides=cmd[3:])
-    assert composed.data.train_files == str(tmp_path / "work/data/train.parquet")
-    assert composed.data.train_batch_size == 8 and composed.actor_rollout_ref.rollout.n == 2
-    assert composed.actor_rollout_ref.model.path == str(tiny_model_dir)
-    assert composed.trainer.default_local_dir == str(tmp_path / "scratch/ckpt")
-    assert list(composed.trainer.logger) == ["console", "file"]
-    loops = composed.actor_rollout_ref.rollout.agent.agent_loop_config_path
-    assert Path(loops).read_text().startswith("- name: sparring_selfplay")
-    with pytest.raises(ValueError, match="fewer rows than verl.train_batch_size"):
-        steps.verl_launch(
-            cfg,
-            str(tiny_model_dir),
-            str(inits["train"]),
-            str(inits["val"]),
-            0,
-            8,
-            tmp_path / "w2",
-            tmp_path / "s2",
-        )
-
-
-def test_verl_launch_failure_raises_with_verls_output_and_registers_nothing(
-    tiny_model_dir, tmp_path
-):
-    """The real `python -m verl.trainer.main_ppo` on this CPU-only machine: it exits non-zero
-    (here before any GPU check: TransferQueue, from verl[verl-core], is not installed; the GPU
-    image has it), and the step must say so with verl's own last lines."""
-    cfg = verl_cfg(tmp_path)
-    inits = steps.game_init(cfg, tmp_path / "inits", "r")
-    with pytest.raises(steps.VerlLaunchError) as err:
-        steps.train_verl(
-            cfg,
-            str(tiny_model_dir),
-            str(inits["train"]),
-            str(inits["val"]),
-            0,
-            16,
-            tmp_path / "model",
-            tmp_path / "work",
-            run_name="r",
-        )
-    message = str(err.value)
-    assert "verl.trainer.main_ppo exited with code" in message
-    assert "nothing was trained or registered" in message
-    assert "Error" in message.splitlines()[-1]  # verl's last line names its exception
-    assert str(tmp_path / "work/verl.log") in message
-    tail = message.split("lines:\n", 1)[1].splitlines()
-    log_lines = (tmp_path / "work/verl.log").read_text().splitlines()
-    assert tail == log_lines[-len(tail) :]  # the tail is verl's own output, in order
-    assert not (tmp_path / "model/config.json").exists()  # no merge ran
-    assert not (tmp_path / "store/r/0").exists()  # neither data nor checkpoint uploaded
-    assert registered(cfg) == []

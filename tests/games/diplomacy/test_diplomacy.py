@@ -11,17 +11,13 @@ from hypothesis import strategies as st
 
 pytest.importorskip("diplomacy")
 
-from sparring.agents import make_agent  # noqa: E402
-from sparring.agents.diplomacy import greedy_orders, random_orders  # noqa: E402
 from sparring.games import make_game  # noqa: E402
-from sparring.games.diplomacy import (  # noqa: E402
-    ROLES,
-    DiplomacyGame,
-    diplomacy_group_keys,
-    normalize_order,
-    parse_orders,
-    stage_of,
-)
+from sparring.games.diplomacy import ROLES, DiplomacyGame  # noqa: E402
+from sparring.games.diplomacy.bots import greedy_orders, random_orders  # noqa: E402
+from sparring.games.diplomacy.orders import normalize_order, parse_orders  # noqa: E402
+from sparring.games.diplomacy.scenarios import stage_of  # noqa: E402
+
+make_agent = DiplomacyGame.make_agent
 
 FRANCE, ENGLAND = ROLES.index("FRANCE"), ROLES.index("ENGLAND")
 
@@ -109,7 +105,7 @@ def test_full_episode_with_scripted_bots_and_press():
         assert game.pending_seats
         for seat in game.pending_seats:
             text = bots[seat].act(game, seat)
-            if seat == FRANCE and game.stage == "press":
+            if seat == FRANCE and game.action_kind == "press":
                 text = "ENGLAND: let us split the channel\nALL: peace\nfrance: self"
             assert game.step(seat, text).ok
             steps += 1
@@ -179,8 +175,8 @@ def test_scripted_bots_give_legal_orders_and_greedy_heads_for_centers():
 
 def test_group_keys():
     game = opening()
-    assert game.group_keys(FRANCE) == {"country": "FRANCE", "country_phase": "FRANCE/opening"}
-    assert diplomacy_group_keys(game.state, 0)["country"] == "AUSTRIA"
+    assert game.group_keys(FRANCE) == {"country": "FRANCE", "country_stage": "FRANCE/opening"}
+    assert game.group_keys(0)["country"] == "AUSTRIA"
 
 
 PIECES = st.sampled_from(
@@ -231,11 +227,13 @@ def test_fuzzed_text_never_crashes(texts):
 def test_country_metrics_from_played_episodes():
     from dataclasses import asdict
 
-    from sparring.country_metrics import country_metrics
+    from sparring.games.diplomacy.metrics import country_metrics
     from sparring.rollout import RolloutConfig, play
 
     names = ["greedy", "random-legal", "hold", "greedy", "random-legal", "greedy", "hold"]
-    cfg = RolloutConfig(game="diplomacy", game_params={"horizon": 2}, games_per_init=2, seats=names)
+    cfg = RolloutConfig(
+        game={"name": "diplomacy", "params": {"horizon": 2}}, games_per_init=2, seats=names
+    )
     game = make_game("diplomacy")
     inits = [(f"i{s}", game.generate_state(s)) for s in range(2)]
     result = play(inits, {n: make_agent(n) for n in set(names)}, cfg, progress=False)
@@ -247,5 +245,5 @@ def test_country_metrics_from_played_episodes():
     assert metrics["country/AUSTRIA/reward_mean"] == pytest.approx(sum(rewards) / 4)
     assert metrics["country/AUSTRIA/centers"] == pytest.approx(18 * sum(rewards) / 4)
     assert metrics["country/AUSTRIA/moves"] == 2
-    assert metrics["country/AUSTRIA/invalid_rate"] == 0
+    assert metrics["country/AUSTRIA/invalid_order_rate"] == 0
     assert len(country_metrics(episodes)) == 7 * 9

@@ -7,13 +7,11 @@ import pytest
 
 pytest.importorskip("diplomacy")
 
-from sparring.agents import make_agent  # noqa: E402
-from sparring.curriculum import DifficultyConfig, DifficultySchedule  # noqa: E402
 from sparring.games import make_game  # noqa: E402
-from sparring.games.diplomacy import ROLES  # noqa: E402
+from sparring.games.diplomacy import ROLES, DiplomacyGame  # noqa: E402
 from sparring.generation.base import SamplingParams  # noqa: E402
 from sparring.generation.hf import HFBackend  # noqa: E402
-from sparring.opponents import learner_rewards, plan_seats  # noqa: E402
+from sparring.opponents import DifficultyConfig, DifficultySchedule, learner_rewards, plan_seats  # noqa: E402  # noqa: E402
 from sparring.rollout import RolloutConfig, play, rollout_stats  # noqa: E402
 
 PARAMS = {"horizon": 1, "press": True}
@@ -39,7 +37,7 @@ def inits():
 
 def config(**kw) -> RolloutConfig:
     sampling = SamplingParams(temperature=1.0, max_new_tokens=16, seed=0)
-    return RolloutConfig(game="diplomacy", game_params=PARAMS, sampling=sampling, **kw)
+    return RolloutConfig(game={"name": "diplomacy", "params": PARAMS}, sampling=sampling, **kw)
 
 
 def test_selfplay_in_all_seven_seats_batches_every_power_per_step(inits, tiny_model_dir):
@@ -53,7 +51,7 @@ def test_selfplay_in_all_seven_seats_batches_every_power_per_step(inits, tiny_mo
     for row in res.samples:
         stage = next(e for e in res.episodes if e.game_id == row["game_id"]).state["stage"]
         assert row["country"] == row["role"] == ROLES[row["seat"]]
-        assert row["country_phase"] == f"{row['role']}/{stage}"
+        assert row["country_stage"] == f"{row['role']}/{stage}"
         assert sum(row["assistant_mask"]) > 0 and row["token_rewards"][-1] == row["reward"]
 
 
@@ -65,7 +63,11 @@ def test_learner_against_bots_and_a_checkpoint_via_the_seat_plan(inits, tiny_mod
     schedule.levels[rows[1]["learner_country"]] = 1  # the second state's country is harder
     plan, rows = plan_seats(len(inits), ROLES, schedule, seed=1)
     assert [r["opponent"] for r in rows] == ["greedy", "previous"]
-    policies = {"policy": learner, "previous": previous, "greedy": make_agent("greedy")}
+    policies = {
+        "policy": learner,
+        "previous": previous,
+        "greedy": DiplomacyGame.make_agent("greedy"),
+    }
     res = play(inits, policies, config(games_per_init=2), progress=False, seat_plan=plan)
     # per step: one call for the 4 learner seats, one for the 2 x 6 checkpoint seats
     assert learner.batches == [4, 4] and previous.batches == [12, 12]
@@ -73,7 +75,7 @@ def test_learner_against_bots_and_a_checkpoint_via_the_seat_plan(inits, tiny_mod
     assert len(learner_rows) == 4
     for row in learner_rows:
         assert row["country"] == rows[int(row["init_id"] == "d4")]["learner_country"]
-        assert row["country_phase"].startswith(row["country"] + "/")
+        assert row["country_stage"].startswith(row["country"] + "/")
     rewards = learner_rewards(res.episodes)
     assert sorted(rewards) == sorted({r["learner_country"] for r in rows})
     assert sum(len(v) for v in rewards.values()) == 4

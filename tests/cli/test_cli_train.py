@@ -11,7 +11,7 @@ from sample_frames import make_samples
 from transformers import AutoTokenizer
 
 from sparring.cli import main
-from sparring.train import TrainConfig
+from sparring.train import GRPOConfig
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -20,7 +20,7 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 def test_shipped_configs_validate(name):
     text = (CONFIGS / name).read_text()
     assert text.startswith("#") and f"--config configs/{name}" in text  # header with the command
-    TrainConfig.model_validate(yaml.safe_load(text))
+    GRPOConfig.model_validate(yaml.safe_load(text))
 
 
 @pytest.fixture

@@ -1,0 +1,15 @@
+"""Diplomacy for seven LLM powers over the `diplomacy` engine (optional extra, AGPL-3.0).
+
+board      the engine import and the standard board's constants
+scenarios  seeded start positions (opening, midgame, endgame) from scripted play
+orders     parsing a power's text into orders and press
+game       the adapter: press and order rounds, rewards, observations
+bots       scripted bots (hold, random-legal, greedy)
+metrics    per-country episode metrics (seed 001)
+report     evaluation against every bot in every country, its table and heatmap
+"""
+
+from sparring.games.diplomacy.board import ROLES
+from sparring.games.diplomacy.game import DiplomacyGame
+
+__all__ = ["ROLES", "DiplomacyGame"]
