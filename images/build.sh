@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Build (and optionally push) the Sparring CPU and GPU runtime images with ONE tag, the
-# project's version. The version is read from sparring/__init__.py (`__version__`), the same
-# value the Helm chart's appVersion and the pipeline config use, so every image reference is
-#   <repository>:<version>-cpu   and   <repository>:<version>-gpu
+# Build (and optionally push) the Sparring runtime images with ONE tag, the project's version.
+# The version is read from sparring/__init__.py (`__version__`), the same value the Helm chart's
+# appVersion and the pipeline config use, so every image reference is
+#   <repository>:<version>-cpu   <repository>:<version>-gpu                 (Apache-2.0)
+#   <repository>:<version>-cpu-diplomacy   <repository>:<version>-gpu-diplomacy
+# The `-diplomacy` flavours add the Diplomacy engine, which is AGPL-3.0: they are the
+# `diplomacy` target of the same Dockerfile, labelled "Apache-2.0 AND AGPL-3.0-only".
+# Each image installs its lock file, images/requirements-<flavor>.lock (images/lock.py).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -10,7 +14,7 @@ REPOSITORY="${SPARRING_IMAGE_REPOSITORY:-ghcr.io/sparring/sparring}"
 DOCKER="${DOCKER:-docker}"
 PUSH=0
 DRY_RUN=0
-FLAVORS=(cpu gpu)
+FLAVORS=(cpu gpu cpu-diplomacy gpu-diplomacy)
 PLATFORM=""
 
 usage() {
@@ -18,13 +22,15 @@ usage() {
 Usage: images/build.sh [options]
 
 Build the Sparring runtime images, tagged with the project version from sparring/__init__.py:
-  <repository>:<version>-cpu   (images/Dockerfile.cpu)
-  <repository>:<version>-gpu   (images/Dockerfile.gpu)
+  <repository>:<version>-cpu             (images/Dockerfile.cpu, target runtime)
+  <repository>:<version>-gpu             (images/Dockerfile.gpu, target runtime)
+  <repository>:<version>-cpu-diplomacy   (images/Dockerfile.cpu, target diplomacy; AGPL-3.0)
+  <repository>:<version>-gpu-diplomacy   (images/Dockerfile.gpu, target diplomacy; AGPL-3.0)
 
 Options:
   --repository REPO   image repository (default: \$SPARRING_IMAGE_REPOSITORY or
                       ghcr.io/sparring/sparring; the Helm value image.repository must match)
-  --only cpu|gpu      build one flavor only
+  --only FLAVOR       build one flavor only: cpu, gpu, cpu-diplomacy or gpu-diplomacy
   --platform P        passed to docker build (e.g. linux/amd64)
   --push              push the images after building
   --print             print the image references and exit
@@ -45,8 +51,8 @@ while [[ $# -gt 0 ]]; do
     --repository) REPOSITORY="${2:?--repository needs a value}"; shift 2 ;;
     --only)
       case "${2:-}" in
-        cpu|gpu) FLAVORS=("$2") ;;
-        *) echo "error: --only takes cpu or gpu, got '${2:-}'" >&2; exit 2 ;;
+        cpu|gpu|cpu-diplomacy|gpu-diplomacy) FLAVORS=("$2") ;;
+        *) echo "error: --only takes cpu, gpu, cpu-diplomacy or gpu-diplomacy, got '${2:-}'" >&2; exit 2 ;;
       esac
       shift 2 ;;
     --platform) PLATFORM="${2:?--platform needs a value}"; shift 2 ;;
@@ -75,7 +81,10 @@ run() {
 for flavor in "${FLAVORS[@]}"; do
   ref="$REPOSITORY:$VERSION-$flavor"
   if [[ $PRINT -eq 1 ]]; then echo "$ref"; continue; fi
-  args=(build -f "$ROOT/images/Dockerfile.$flavor" -t "$ref" --build-arg "SPARRING_VERSION=$VERSION")
+  target=runtime
+  if [[ $flavor == *-diplomacy ]]; then target=diplomacy; fi
+  args=(build -f "$ROOT/images/Dockerfile.${flavor%-diplomacy}" --target "$target" -t "$ref"
+        --build-arg "SPARRING_VERSION=$VERSION")
   if [[ -n "$PLATFORM" ]]; then args+=(--platform "$PLATFORM"); fi
   run "$DOCKER" "${args[@]}" "$ROOT"
   if [[ $PUSH -eq 1 ]]; then run "$DOCKER" push "$ref"; fi
