@@ -109,8 +109,8 @@ def split_head(model, input_ids: torch.Tensor, attention_mask: torch.Tensor):
 
 def _plain_head(base, ids: torch.Tensor, mask: torch.Tensor) -> bool:
     decoder = getattr(base, "get_decoder", lambda: None)()
-    head = base.get_output_embeddings()
-    if decoder is None or head is None:
+    head = getattr(base, "get_output_embeddings", lambda: None)()
+    if decoder is None or head is None:  # not a HF causal LM: use whatever logits it gives
         return False
     with torch.no_grad():
         hidden = decoder(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state

@@ -60,7 +60,7 @@ def sft(
     df = load_samples(samples_paths, policy=None)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     batch = collate(df, tokenizer.pad_token_id, cfg.max_seq_len)
-    model = load_model(model_path, device)
+    model = load_model(model_path, device, cfg=cfg)
     actor_cfg = grpo.actor_config(0.2, None, cfg.loss_agg_mode)  # only its loss aggregation
     plan = schedule(len(batch), cfg)
     metrics = optimize(model, batch, plan, cfg, device, sft_loss, "sft", actor_cfg)

@@ -21,7 +21,6 @@ on-policy case (one mini-batch, one epoch) needs no extra forward. The data path
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -34,9 +33,9 @@ import pandas as pd
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm.auto import tqdm
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoTokenizer
 
-from sparring import grpo
+from sparring import grpo, logprobs, policy_model
 from sparring.generation.hf import pick_device
 from sparring.samples import read_samples
 
@@ -59,6 +58,12 @@ class OptimConfig(BaseModel):
     seed: int = 0  # mini-batch shuffling and torch seed
     device: str = "auto"  # cpu, cuda, cuda:N or auto
     bf16: bool = True  # bfloat16 autocast on CUDA (ignored on CPU)
+    # Weights' dtype, and the saved checkpoint's. bfloat16 halves weights, grads and AdamW state
+    # but rounds away updates below ~0.4% of a weight (lr 1e-5 mostly is): sparring.policy_model.
+    param_dtype: Literal["float32", "bfloat16"] = "float32"
+    gradient_checkpointing: bool = False  # recompute decoder layers in backward: less memory
+    lora_rank: int = Field(0, ge=0)  # >0: train LoRA adapters only; checkpoints are merged
+    lora_alpha: float | None = Field(None, gt=0)  # LoRA scale numerator; None = 2 * lora_rank
 
     @model_validator(mode="after")
     def _check_batches(self) -> OptimConfig:
@@ -203,26 +208,29 @@ def collate(df: pd.DataFrame, pad_id: int | None, max_len: int | None = None) ->
     return Batch(ids, attn, mask[:, 1:], rew[:, 1:])
 
 
-def load_model(path: str | Path, device: torch.device, trainable: bool = True):
-    """A float32 HF causal LM on `device`, in eval mode: dropout stays off so that training
-    log-probs match the sampling policy's (gradients still flow when `trainable`)."""
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()
-    model.requires_grad_(trainable)
-    return model
+def load_model(
+    path: str | Path, device: torch.device, trainable: bool = True, cfg: OptimConfig | None = None
+):
+    """A HF causal LM on `device`, in eval mode: dropout stays off so that training log-probs
+    match the sampling policy's (gradients still flow when `trainable`). `cfg` sets its dtype,
+    gradient checkpointing and LoRA (float32, plain, full fine-tuning without it)."""
+    return policy_model.load_policy(path, device, cfg, trainable)
 
 
 def token_log_probs(
     model: torch.nn.Module, batch: Batch, with_entropy: bool = False, entropy_grad: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log p(token t+1 | prefix) (B, T-1) and, if asked, the policy entropy (B, T-1)."""
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)  # (B, T-1, V)
-    log_prob = logp.gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)  # (B, T-1)
-    if not with_entropy:
-        return log_prob, None
-    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-        entropy = -(logp.exp() * logp).sum(-1)  # (B, T-1)
-    return log_prob, entropy
+    """log p(token t+1 | prefix) (B, T-1) and, if asked, the policy entropy (B, T-1), on the
+    `response_mask` positions only (0 elsewhere), without a (B, T, V) log-softmax
+    (sparring.logprobs)."""
+    return logprobs.token_log_probs(
+        model,
+        batch.input_ids,
+        batch.attention_mask,
+        batch.response_mask,
+        with_entropy,
+        entropy_grad,
+    )
 
 
 def batched_log_probs(model, batch: Batch, rows, cfg: OptimConfig, device) -> torch.Tensor:
@@ -264,7 +272,8 @@ def optimize(
     `ActorConfig`, whose `global_batch_info` is set per mini-batch), so the accumulated
     gradient is the mini-batch loss's gradient.
     """
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    params = policy_model.trainable_parameters(model)  # all weights, or only LoRA's
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
 
     def lr_factor(step: int) -> float:
         return (
@@ -292,7 +301,7 @@ def optimize(
             if w:
                 for k, v in diag.items():
                     sums[k] = sums.get(k, 0.0) + float(v) * w
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         if not torch.isfinite(grad_norm):
             raise FloatingPointError(f"grad norm is {grad_norm}; lower lr ({cfg.lr}) or check data")
         opt.step()
@@ -312,13 +321,9 @@ def optimize(
 
 
 def save_checkpoint(model, tokenizer, out_dir: str | Path, metrics: dict[str, float]) -> Path:
-    """A HF checkpoint (safetensors, config, tokenizer) the rollout loads, plus metrics.json."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
-    return out
+    """A HF checkpoint (safetensors, config, tokenizer) the rollout loads, plus metrics.json;
+    in the training dtype, with LoRA adapters merged."""
+    return policy_model.save_policy(model, tokenizer, out_dir, metrics)
 
 
 def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
@@ -437,8 +442,10 @@ def train(
     advantages, metrics = advantages_for(df, batch, cfg)
     metrics["train/samples"] = float(len(df))
     metrics["train/dropped_rows"] = float(dropped)
-    model = load_model(model_path, device)
-    ref_model = load_model(ref_model_path, device, trainable=False) if ref_model_path else None
+    model = load_model(model_path, device, cfg=cfg)
+    ref_model = None
+    if ref_model_path:
+        ref_model = load_model(ref_model_path, device, trainable=False, cfg=cfg)
     metrics |= grpo_update(model, batch, advantages, cfg, device, ref_model)
     # 6. checkpoint
     return TrainStats(save_checkpoint(model, tokenizer, out_dir, metrics), metrics)
