@@ -19,7 +19,13 @@ from sparring.pipelines.selfplay import compile_pipeline
 from sparring.pipeline.config import PipelineConfig
 
 
-def submit(client, cfg: PipelineConfig, experiment: str, run_name: str | None = None):
+def submit(
+    client,
+    cfg: PipelineConfig,
+    experiment: str,
+    run_name: str | None = None,
+    service_account: str | None = None,
+):
     """Compile `cfg`, upload it as a new version of the pipeline `cfg.name` (creating the
     pipeline on first use) and start a run in `experiment`. Returns the KFP run.
 
@@ -28,6 +34,7 @@ def submit(client, cfg: PipelineConfig, experiment: str, run_name: str | None = 
         cfg: the pipeline config (compile-time settings included).
         experiment: KFP experiment name (created if missing).
         run_name: KFP run name; default `<cfg.name>-it<first>-<last>`.
+        service_account: ServiceAccount of the run's pods; None = KFP's default runner.
     """
     last = cfg.first_iteration + cfg.iterations - 1
     run_name = run_name or f"{cfg.name}-it{cfg.first_iteration}-{last}"
@@ -39,11 +46,23 @@ def submit(client, cfg: PipelineConfig, experiment: str, run_name: str | None = 
         version = client.upload_pipeline_version(package, run_name, pipeline_id=pipeline_id)
     experiment_id = client.create_experiment(experiment).experiment_id  # returns existing ones
     return client.run_pipeline(
-        experiment_id, run_name, pipeline_id=pipeline_id, version_id=version.pipeline_version_id
+        experiment_id,
+        run_name,
+        pipeline_id=pipeline_id,
+        version_id=version.pipeline_version_id,
+        service_account=service_account,
     )
 
 
-def campaign(client, cfg: PipelineConfig, experiment: str, total: int, block: int, timeout: int):
+def campaign(
+    client,
+    cfg: PipelineConfig,
+    experiment: str,
+    total: int,
+    block: int,
+    timeout: int,
+    service_account: str | None = None,
+):
     """Run `total` iterations as ceil(total / block) consecutive runs; each run after the first
     starts from the champion. Returns the KFP runs. Stops at the first run that fails."""
     runs = []
@@ -60,7 +79,7 @@ def campaign(client, cfg: PipelineConfig, experiment: str, total: int, block: in
                 "warm_start": cfg.warm_start if not runs else None,
             }
         )
-        run = submit(client, part, experiment)
+        run = submit(client, part, experiment, service_account=service_account)
         runs.append(run)
         done = client.wait_for_run_completion(run.run_id, timeout)
         if str(done.state).upper() != "SUCCEEDED":

@@ -23,15 +23,21 @@ from sparring.components import make_components
 from sparring.pipeline.config import KubernetesSettings, PipelineConfig
 
 S3_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+HF_HOME = "/home/sparring/.cache/huggingface"  # the runtime images' $HF_HOME
 
 
 def _every_task(task: dsl.PipelineTask, k8s: KubernetesSettings) -> dsl.PipelineTask:
-    """Caching, retries and the S3 credentials Secret (as the standard AWS variables)."""
+    """Caching, retries, the S3 credentials Secret (as the standard AWS variables), and the
+    optional HF_TOKEN Secret and model-cache PVC."""
     task.set_caching_options(k8s.caching)
     if k8s.retries:
         task.set_retry(k8s.retries, backoff_duration="30s")
     if k8s.s3_secret:
         kubernetes.use_secret_as_env(task, k8s.s3_secret, {key: key for key in S3_KEYS})
+    if k8s.hf_secret:
+        kubernetes.use_secret_as_env(task, k8s.hf_secret, {"HF_TOKEN": "HF_TOKEN"})
+    if k8s.model_cache_pvc:
+        kubernetes.mount_pvc(task, k8s.model_cache_pvc, HF_HOME)
     return task
 
 

@@ -41,7 +41,10 @@ VALUES_FILES = {
     "gpu": CHART / "values-gpu.yaml",
     "irsa": CHART / "ci" / "irsa-values.yaml",
     "external": CHART / "ci" / "external-s3-postgres-values.yaml",
+    "multi-user": CHART / "ci" / "multi-user-values.yaml",
 }
+# Where each values file is installed: multi-user KFP runs in the profile namespace.
+NAMESPACES = {"multi-user": "team-a"}
 
 
 def values_for(name: str) -> dict:
@@ -61,9 +64,9 @@ def chart() -> Chart:
     return Chart.load(str(CHART))
 
 
-def render(chart: Chart, values: dict, revision: int = 1) -> list[dict]:
+def render(chart: Chart, values: dict, revision: int = 1, namespace: str = NAMESPACE) -> list[dict]:
     """Every manifest the chart renders (hooks and tests included), parsed."""
-    out = chart.render(values, name=RELEASE, namespace=NAMESPACE, revision=revision)
+    out = chart.render(values, name=RELEASE, namespace=namespace, revision=revision)
     docs = []
     for path, text in out.items():
         if path.endswith("NOTES.txt"):
@@ -96,6 +99,14 @@ def build_sh_refs(*args: str) -> list[str]:
     return out.stdout.split()
 
 
+def launcher_patch(chart: Chart, values: dict, namespace: str = NAMESPACE) -> dict:
+    """The `data` of the `kubectl patch configmap kfp-launcher` command NOTES.txt prints."""
+    notes = chart.render(values, name=RELEASE, namespace=namespace)["sparring/templates/NOTES.txt"]
+    (line,) = [ln for ln in notes.splitlines() if "patch configmap kfp-launcher" in ln]
+    assert f"kubectl -n {namespace} patch configmap kfp-launcher --type merge -p '" in line
+    return json.loads(line.split(" -p '", 1)[1].rstrip("'"))["data"]
+
+
 def pipeline_config(docs: list[dict]) -> dict:
     return yaml.safe_load(
         by_kind(docs, "ConfigMap")[f"{RELEASE}-pipeline"]["data"]["pipeline.yaml"]
@@ -111,26 +122,45 @@ def test_chart_metadata_tracks_project_version():
     assert meta["apiVersion"] == "v2"
 
 
+def render_named(chart: Chart, name: str, revision: int = 1) -> list[dict]:
+    return render(chart, values_for(name), revision, NAMESPACES.get(name, NAMESPACE))
+
+
+# Gateway API kinds are CRDs kubernetes-validate has no schema for; tests check them by hand.
+CRD_KINDS = {"HTTPRoute"}
+
+
+def validate_strict(docs: list[dict]) -> None:
+    for doc in docs:
+        if doc["kind"] not in CRD_KINDS:
+            # raises ValidationError on unknown fields (strict) or wrong types
+            kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+
+
 @pytest.mark.parametrize("name", list(VALUES_FILES))
 def test_lint_passes(name):
-    report = lint(str(CHART), values_for(name), strict=True, kube_version=f"v{KUBE_VERSION}")
+    report = lint(
+        str(CHART),
+        values_for(name),
+        strict=True,
+        kube_version=f"v{KUBE_VERSION}",
+        namespace=NAMESPACES.get(name, NAMESPACE),
+    )
     assert report["errors"] == []
     assert [m for m in report["messages"] if m["severity"] >= 2] == []
 
 
 @pytest.mark.parametrize("name", list(VALUES_FILES))
 def test_manifests_are_valid_kubernetes(chart, name):
-    docs = render(chart, values_for(name))
+    docs = render_named(chart, name)
     assert len(docs) >= 8
-    for doc in docs:
-        # raises ValidationError on unknown fields (strict) or wrong types
-        kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+    validate_strict(docs)
 
 
 @pytest.mark.parametrize("name", list(VALUES_FILES))
 def test_every_pod_is_hardened_and_uses_our_images(chart, name):
     values = values_for(name)
-    docs = render(chart, values)
+    docs = render_named(chart, name)
     repo = values.get("image", {}).get("repository", "ghcr.io/sparring/sparring")
     cpu_ref = build_sh_refs("--repository", repo, "--only", "cpu")[0]
     specs = pod_specs(docs)
@@ -147,13 +177,17 @@ def test_every_pod_is_hardened_and_uses_our_images(chart, name):
             assert c["image"] == cpu_ref
             # a read-only root needs a writable /tmp
             assert "/tmp" in {m["mountPath"] for m in c["volumeMounts"]}
+        # the runner's token is mounted only where the API is called with it (helm test)
+        assert spec["automountServiceAccountToken"] is (
+            spec["containers"][0]["name"] == "smoke-test"
+        )
 
 
 def test_default_install_pieces(chart):
     docs = render(chart, MINIMAL)
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(
-        ["ServiceAccount", "Role", "RoleBinding", "Secret", "ConfigMap", "ConfigMap"]
+        ["ServiceAccount", "Role", "RoleBinding", "Secret", "ConfigMap", "NetworkPolicy"]
         + ["Deployment", "Service", "PersistentVolumeClaim", "Job", "Pod"]
     )
     mlflow = by_kind(docs, "Deployment")[f"{RELEASE}-mlflow"]
@@ -166,14 +200,8 @@ def test_default_install_pieces(chart):
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
     test_pod = by_kind(docs, "Pod")[f"{RELEASE}-test"]
     assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
-    # least privilege: get only, on named resources only
-    role = by_kind(docs, "Role")[RELEASE]
-    for rule in role["rules"]:
-        assert rule["verbs"] == ["get"] and rule["resourceNames"]
-    launcher = by_kind(docs, "ConfigMap")["kfp-launcher"]["data"]
-    assert launcher["defaultPipelineRoot"] == "s3://sparring-min/sparring/kfp"
-    providers = yaml.safe_load(launcher["providers"])["s3"]["default"]
-    assert providers["credentials"]["secretRef"]["secretName"] == f"{RELEASE}-s3"
+    # KFP owns kfp-launcher: the default install never creates (or later deletes) it
+    assert "kfp-launcher" not in by_kind(docs, "ConfigMap")
 
 
 def test_irsa_has_no_keys_and_annotates_the_service_account(chart):
@@ -181,7 +209,7 @@ def test_irsa_has_no_keys_and_annotates_the_service_account(chart):
     assert "Secret" not in {d["kind"] for d in docs}
     sa = by_kind(docs, "ServiceAccount")[RELEASE]
     assert sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].startswith("arn:aws:iam::")
-    providers = yaml.safe_load(by_kind(docs, "ConfigMap")["kfp-launcher"]["data"]["providers"])
+    providers = yaml.safe_load(launcher_patch(chart, values_for("irsa"))["providers"])
     assert providers["s3"]["default"]["credentials"] == {"fromEnv": True}
     env = by_kind(docs, "Deployment")[f"{RELEASE}-mlflow"]["spec"]["template"]["spec"][
         "containers"
@@ -195,7 +223,7 @@ def test_local_values_bundle_seaweedfs_as_the_endpoint(chart):
     assert f"{RELEASE}-s3" in by_kind(docs, "Deployment")
     assert f"{RELEASE}-s3" in by_kind(docs, "PersistentVolumeClaim")
     endpoint = f"http://{RELEASE}-s3.{NAMESPACE}.svc.cluster.local:8333"
-    providers = yaml.safe_load(by_kind(docs, "ConfigMap")["kfp-launcher"]["data"]["providers"])
+    providers = yaml.safe_load(launcher_patch(chart, values_for("local"))["providers"])
     assert (
         providers["s3"]["default"]["endpoint"] == f"{RELEASE}-s3.{NAMESPACE}.svc.cluster.local:8333"
     )
@@ -208,21 +236,15 @@ def test_local_values_bundle_seaweedfs_as_the_endpoint(chart):
     assert cfg["model"] == "tiny" and cfg["device"] == "cpu"
 
 
-def test_external_values_use_postgres_pull_secrets_and_projected_token(chart):
+def test_external_values_use_postgres_pull_secrets_ingress_and_hf(chart):
     docs = render(chart, values_for("external"))
-    assert "kfp-launcher" not in by_kind(docs, "ConfigMap")
-    assert "PersistentVolumeClaim" not in {d["kind"] for d in docs}
     mlflow = by_kind(docs, "Deployment")[f"{RELEASE}-mlflow"]["spec"]["template"]["spec"]
     db = next(e for e in mlflow["containers"][0]["env"] if e["name"] == "MLFLOW_BACKEND_STORE_URI")
     assert db["valueFrom"]["secretKeyRef"] == {"name": "mlflow-postgres", "key": "uri"}
     assert mlflow["imagePullSecrets"] == [{"name": "regcred"}]
     job = by_kind(docs, "Job")[f"{RELEASE}-register-r1"]["spec"]["template"]["spec"]
-    token = next(v for v in job["volumes"] if v["name"] == "kfp-token")
-    assert (
-        token["projected"]["sources"][0]["serviceAccountToken"]["audience"]
-        == "pipelines.kubeflow.org"
-    )
     assert job["containers"][0]["image"] == "registry.example.com/ml/sparring:0.1.0-cpu"
+    assert "kfp-token" not in {v["name"] for v in job["volumes"]}  # standalone KFP: no token
 
 
 # ---- invalid values ------------------------------------------------------------------------
@@ -302,6 +324,10 @@ def test_schema_rejects_bad_values_with_the_path(chart, values, message):
 def test_schema_forbids_unknown_keys_everywhere():
     schema = json.loads((CHART / "values.schema.json").read_text())
     open_maps = {
+        "global",  # Helm's own: a subchart receives its parent's globals
+        "podLabels",
+        "podAnnotations",
+        "jobPodLabels",
         "config",
         "podSecurityContext",
         "securityContext",
@@ -416,12 +442,19 @@ class FakeKfp:
         self.calls: list[str] = []
 
     def get_pipeline_id(self, name):
+        self.calls.append("get_pipeline_id (shared)")
         return self.pipelines.get(name)
 
-    def upload_pipeline(self, package, pipeline_name, description):
-        self.calls.append("upload_pipeline")
+    def list_pipelines(self, page_size, filter, namespace):
+        self.calls.append(f"list_pipelines {namespace}")
+        wanted = json.loads(filter)["predicates"][0]["string_value"]
+        pid = self.pipelines.get((namespace, wanted))
+        return SimpleNamespace(pipelines=[SimpleNamespace(pipeline_id=pid)] if pid else None)
+
+    def upload_pipeline(self, package, pipeline_name, description, namespace=None):
+        self.calls.append("upload_pipeline" + (f" {namespace}" if namespace else ""))
         pid = f"p-{pipeline_name}"
-        self.pipelines[pipeline_name] = pid
+        self.pipelines[(namespace, pipeline_name) if namespace else pipeline_name] = pid
         self.versions[(pid, pipeline_name)] = "v-first"
         return SimpleNamespace(pipeline_id=pid)
 
@@ -458,6 +491,9 @@ class FakeKfp:
         return SimpleNamespace(recurring_run_id=f"r{len(self.calls)}")
 
 
+HEALTHY = {"commit_sha": "abc", "tag_name": "2.17.0", "multi_user": False}
+
+
 @pytest.fixture()
 def register():
     return load_module(CHART / "files" / "register_pipeline.py", "register_pipeline")
@@ -471,25 +507,27 @@ def test_register_creates_then_versions_then_is_idempotent(register, chart, monk
     env = {e["name"]: e["value"] for e in job["containers"][0]["env"]}  # the Job's real env
 
     client = FakeKfp()
-    assert register.main(env, client) == 0
+    assert register.main(env, client, healthz=HEALTHY) == 0
     assert compiled == [("/etc/sparring/pipeline.yaml", "/tmp/pipeline-ir.yaml")]
-    assert client.calls[0] == "upload_pipeline"
-    assert client.calls[1] == "create_recurring_run v-first 0 0 2 * * *"
+    assert client.calls[:2] == ["get_pipeline_id (shared)", "upload_pipeline"]
+    assert client.calls[2] == "create_recurring_run v-first 0 0 2 * * *"
 
     existing = FakeKfp(
-        pipelines={"sparring-selfplay": "p1"},
-        recurring={"old": "sparring-selfplay-recurring", "x": "other"},
+        pipelines={"sparring-selfplay-gpu": "p1"},
+        recurring={"old": "sparring-selfplay-gpu-recurring", "x": "other"},
     )
-    register.main(env, existing)
+    register.main(env, existing, healthz=HEALTHY)
     assert existing.calls == [
+        "get_pipeline_id (shared)",
         "upload_pipeline_version",
         "delete old",
         "create_recurring_run v-0.1.0-r2 0 0 2 * * *".replace("0.1.0", sparring.__version__),
     ]
     assert "x" in existing.recurring  # other recurring runs are left alone
     existing.calls.clear()
-    register.main({k: v for k, v in env.items() if not k.startswith("RECURRING")}, existing)
-    assert existing.calls == []  # a retried Job does not upload the same version twice
+    once = {k: v for k, v in env.items() if not k.startswith("RECURRING")}
+    register.main(once, existing, healthz=HEALTHY)
+    assert existing.calls == ["get_pipeline_id (shared)"]  # a retried Job uploads nothing twice
 
 
 # ---- scripts the chart runs, against real servers -----------------------------------------
@@ -621,3 +659,530 @@ def test_notes_say_how_to_reach_mlflow_and_kfp(chart):
         "sparring/templates/NOTES.txt"
     ]
     assert "https://kubeflow.example.com/pipeline" in gpu_notes
+
+
+# ---- issue 18: the chart next to Kubeflow ----------------------------------------------------
+
+
+def probe_chart(tmp_path: Path, existing_yaml: str) -> Chart:
+    """A copy of the chart plus one template that runs the real pre-flight helper on a stubbed
+    lookup result (helm-python-sdk renders offline, where `lookup` is always empty)."""
+    import shutil
+
+    copy = tmp_path / "sparring"
+    shutil.copytree(CHART, copy)
+    (copy / "templates" / "zz-preflight-probe.yaml").write_text(
+        "{{- $existing := fromYaml " + json.dumps(existing_yaml) + " }}\n"
+        '{{- include "sparring.launcherPreflight" (dict "ctx" . "existing" $existing) }}\n'
+    )
+    return Chart.load(str(copy))
+
+
+KFP_OWN_LAUNCHER = "metadata: {name: kfp-launcher, namespace: kubeflow, labels: {app: kfp}}"
+
+
+def test_launcher_preflight_refuses_to_take_over_kfps_configmap(tmp_path):
+    create = {**MINIMAL, "kfp": {"launcher": {"create": True}}}
+    chart = probe_chart(tmp_path, KFP_OWN_LAUNCHER)
+    with pytest.raises(Exception, match="ConfigMap kfp-launcher already exists") as err:
+        chart.render(create, name=RELEASE, namespace=NAMESPACE)
+    assert "kfp.launcher.create=false" in str(err.value) and "docs/cluster.md" in str(err.value)
+    # the default (no creation) never fails, whatever exists
+    assert chart.render(MINIMAL, name=RELEASE, namespace=NAMESPACE)
+    # an upgrade of the release that created it passes
+    ours = (
+        "metadata: {name: kfp-launcher, annotations: {meta.helm.sh/release-name: sparring, "
+        "meta.helm.sh/release-namespace: kubeflow}}"
+    )
+    assert probe_chart(tmp_path / "b", ours).render(create, name=RELEASE, namespace=NAMESPACE)
+    # ... but another release's does not
+    other = ours.replace("release-name: sparring", "release-name: other")
+    with pytest.raises(Exception, match="owned by other"):
+        probe_chart(tmp_path / "c", other).render(create, name=RELEASE, namespace=NAMESPACE)
+
+
+def test_launcher_template_runs_the_preflight_on_the_run_namespace():
+    text = (CHART / "templates" / "kfp-launcher-configmap.yaml").read_text()
+    assert (
+        '"sparring.launcherPreflight" (dict "ctx" . "existing" (lookup "v1" "ConfigMap" '
+        '(include "sparring.kfpNamespace" .) "kfp-launcher"))' in text
+    )
+
+
+@pytest.mark.parametrize("name", ["minimal", "irsa", "local", "multi-user"])
+def test_launcher_patch_in_notes_equals_what_the_chart_would_create(chart, name):
+    values = values_for(name)
+    ns = NAMESPACES.get(name, NAMESPACE)
+    patch = launcher_patch(chart, values, ns)
+    created = render(
+        chart,
+        {**values, "kfp": {**values.get("kfp", {}), "launcher": {"create": True}}},
+        namespace=ns,
+    )
+    cm = by_kind(created, "ConfigMap")["kfp-launcher"]
+    kubernetes_validate.validate(cm, KUBE_VERSION, strict=True)
+    assert cm["metadata"]["namespace"] == ns and cm["data"] == patch
+    providers = yaml.safe_load(patch["providers"])["s3"]["default"]
+    assert patch["defaultPipelineRoot"].startswith(f"s3://{values['s3']['bucket']}/")
+    if values["s3"]["credentials"].get("mode", "secret") == "serviceAccount":
+        assert providers["credentials"] == {"fromEnv": True}
+    else:
+        assert (
+            providers["credentials"]["secretRef"]["secretName"]
+            == pipeline_config(created)["kubernetes"]["s3_secret"]
+        )
+    notes = chart.render(values, name=RELEASE, namespace=ns)["sparring/templates/NOTES.txt"]
+    assert ("patch configmap pipeline-install-config" in notes) == (name == "multi-user")
+
+
+ARGO_EXECUTOR_NEEDS = [
+    ("argoproj.io", "workflowtaskresults", "create"),
+    ("argoproj.io", "workflowtaskresults", "patch"),
+    ("", "configmaps", "get"),
+    ("", "configmaps", "list"),
+    ("", "configmaps", "watch"),
+    ("", "secrets", "get"),
+    ("", "pods", "get"),
+    ("", "pods", "patch"),
+]
+
+
+def allows(role: dict, group: str, resource: str, verb: str) -> bool:
+    return any(
+        group in r["apiGroups"]
+        and (resource in r["resources"] or "*" in r["resources"])
+        and (verb in r["verbs"] or "*" in r["verbs"])
+        for r in role["rules"]
+    )
+
+
+@pytest.mark.parametrize("name", ["minimal", "irsa", "multi-user"])
+def test_the_chart_account_is_a_real_runner(chart, name):
+    docs = render_named(chart, name)
+    sa = by_kind(docs, "ServiceAccount")[RELEASE]
+    assert sa["automountServiceAccountToken"] is True  # Argo's executor calls the API with it
+    role = by_kind(docs, "Role")[f"{RELEASE}-runner"]
+    for need in ARGO_EXECUTOR_NEEDS:
+        assert allows(role, *need), need
+    binding = by_kind(docs, "RoleBinding")[f"{RELEASE}-runner"]
+    assert binding["roleRef"]["name"] == f"{RELEASE}-runner"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": RELEASE, "namespace": NAMESPACES.get(name, NAMESPACE)}
+    ]
+
+
+def test_recurring_runs_use_the_runner_account(chart):
+    docs = render(chart, values_for("gpu"))
+    job = by_kind(docs, "Job")[f"{RELEASE}-register-r1"]["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in job["containers"][0]["env"]}
+    assert env["RECURRING_RUN_SERVICE_ACCOUNT"] == RELEASE
+
+
+def test_sparring_submit_passes_the_service_account(monkeypatch):
+    """`sparring submit --service-account` reaches kfp.Client.run_pipeline."""
+    from click.testing import CliRunner
+
+    from sparring.cli import submit as submit_cli
+
+    calls = {}
+
+    class Client:
+        def __init__(self, host, namespace=None):
+            calls["host"] = host
+
+        def get_pipeline_id(self, name):
+            return "p1"
+
+        def upload_pipeline_version(self, package, name, pipeline_id):
+            return SimpleNamespace(pipeline_version_id="v1")
+
+        def create_experiment(self, name):
+            return SimpleNamespace(experiment_id="e1")
+
+        def run_pipeline(self, experiment_id, run_name, **kw):
+            calls.update(kw)
+            return SimpleNamespace(run_id="r1")
+
+    import kfp
+
+    monkeypatch.setattr(kfp, "Client", Client)
+    cfg = ROOT / "configs" / "pipeline-gpu.yaml"
+    result = CliRunner().invoke(
+        submit_cli.command,
+        ["--host", "http://kfp", "--config", str(cfg), "--service-account", RELEASE],
+    )
+    assert result.exit_code == 0, result.output
+    assert calls["service_account"] == RELEASE and calls["version_id"] == "v1"
+
+
+def test_multi_user_uploads_into_the_profile_and_jobs_have_no_sidecar(chart, register):
+    docs = render_named(chart, "multi-user")
+    edit = by_kind(docs, "RoleBinding")[f"{RELEASE}-kfp-edit"]
+    assert edit["metadata"]["namespace"] == "team-a"
+    assert edit["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "kubeflow-pipelines-edit",
+    }
+    job = by_kind(docs, "Job")[f"{RELEASE}-register-r1"]["spec"]["template"]
+    env = {e["name"]: e.get("value") for e in job["spec"]["containers"][0]["env"]}
+    assert env["KFP_NAMESPACE"] == "team-a" and env["KFP_MULTI_USER"] == "true"
+    token = next(v for v in job["spec"]["volumes"] if v["name"] == "kfp-token")
+    assert token["projected"]["sources"][0]["serviceAccountToken"]["audience"] == (
+        "pipelines.kubeflow.org"
+    )
+    test_pod = by_kind(docs, "Pod")[f"{RELEASE}-test"]
+    for meta in (job["metadata"], test_pod["metadata"]):
+        assert meta["labels"]["sidecar.istio.io/inject"] == "false"
+        assert meta["labels"]["team"] == "a"  # podLabels reach every pod
+    mlflow = by_kind(docs, "Deployment")[f"{RELEASE}-mlflow"]["spec"]["template"]["metadata"]
+    assert "sidecar.istio.io/inject" not in mlflow["labels"]  # servers keep the mesh
+    assert mlflow["annotations"]["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "true"
+    # the Job's script uploads into the namespace, never as a shared pipeline
+    client = FakeKfp()
+    register.compile_pipeline = lambda cfg, pkg: None
+    health = {**HEALTHY, "multi_user": True}
+    assert register.main(env, client, healthz=health) == 0
+    assert client.calls[:2] == ["list_pipelines team-a", "upload_pipeline team-a"]
+
+
+def test_jobs_keep_the_sidecar_when_asked(chart):
+    docs = render(chart, {**MINIMAL, "jobPodLabels": {"sidecar.istio.io/inject": "true"}})
+    job = by_kind(docs, "Job")[f"{RELEASE}-register-r1"]["spec"]["template"]["metadata"]
+    assert job["labels"]["sidecar.istio.io/inject"] == "true"
+
+
+def test_release_must_live_in_the_run_namespace(chart):
+    with pytest.raises(Exception, match="kfp.namespace=team-a must be the release namespace"):
+        chart.render({**MINIMAL, "kfp": {"namespace": "team-a"}}, name=RELEASE, namespace="x")
+
+
+@pytest.mark.parametrize(
+    ("name", "minimum"),
+    [("minimal", "2.14.0"), ("gpu", "2.14.0"), ("irsa", "2.17.0"), ("multi-user", "2.17.0")],
+)
+def test_job_requires_the_kfp_version_the_install_needs(chart, name, minimum):
+    job = by_kind(render_named(chart, name), "Job")[f"{RELEASE}-register-r1"]
+    env = {
+        e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["KFP_MIN_VERSION"] == minimum
+
+
+def test_register_fails_early_on_old_or_mismatched_kfp(register):
+    assert register.check_backend({"tag_name": "2.17.1", "multi_user": False}, "2.17.0", False)
+    assert register.check_backend({"tag_name": "v2.14.0", "multi_user": True}, "2.14.0", True)
+    with pytest.raises(SystemExit, match=r"KFP 2\.13\.0 is too old .* needs 2\.14\.0"):
+        register.check_backend({"tag_name": "2.13.0", "multi_user": False}, "2.14.0", False)
+    with pytest.raises(SystemExit, match=r"needs 2\.17\.0"):
+        register.check_backend({"tag_name": "2.16.9", "multi_user": False}, "2.17.0", False)
+    with pytest.raises(SystemExit, match="multi-user but the chart has kfp.multiUser=false"):
+        register.check_backend({"tag_name": "2.17.0", "multi_user": True}, "2.14.0", False)
+    # a dev build without a version passes (with a warning)
+    assert register.check_backend({"tag_name": "unknown"}, "2.14.0", False) == "unknown"
+
+
+def test_register_reads_the_real_healthz_json(register):
+    body = b'{"commit_sha":"abc", "tag_name":"2.17.0", "multi_user":false, "pipeline_store": "database"}'
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server API
+            ok = self.path == "/apis/v2beta1/healthz"
+            self.send_response(200 if ok else 404)
+            self.end_headers()
+            self.wfile.write(body if ok else b"")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        health = register.get_healthz(f"http://127.0.0.1:{server.server_port}")
+    finally:
+        server.shutdown()
+    assert register.check_backend(health, "2.14.0", False) == "2.17.0"
+
+
+def test_chart_states_the_supported_kfp_versions():
+    meta = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert "2.14" in meta["annotations"]["sparring/kfp-versions"]
+    assert "2.17" in meta["annotations"]["sparring/kfp-versions"]
+
+
+def services(docs: list[dict]) -> set[str]:
+    """`http://<name>.<namespace>.svc.cluster.local:<port>` of every Service rendered."""
+    return {
+        f"http://{d['metadata']['name']}.{ns}.svc.cluster.local:{p['port']}"
+        for d in docs
+        if d["kind"] == "Service"
+        for p in d["spec"]["ports"]
+        for ns in [d["metadata"].get("namespace", NAMESPACE)]
+    }
+
+
+@pytest.mark.parametrize("name", list(VALUES_FILES))
+def test_pipeline_config_names_services_the_chart_creates(chart, name):
+    values = values_for(name)
+    ns = NAMESPACES.get(name, NAMESPACE)
+    docs = render_named(chart, name)
+    cfg = pipeline_config(docs)
+    made = {u.replace(f".{NAMESPACE}.", f".{ns}.") for u in services(docs)}
+    uri = cfg["tracking"]["tracking_uri"]
+    if values.get("mlflow", {}).get("enabled", True):
+        prefix = values.get("mlflow", {}).get("staticPrefix", "")
+        assert uri.removesuffix(prefix) in made, (uri, made)
+    endpoint = cfg["storage"]["endpoint_url"]
+    if values.get("seaweedfs", {}).get("enabled"):
+        assert endpoint in made
+    else:
+        assert endpoint == (values["s3"].get("endpoint") or None)
+
+
+def test_shipped_gpu_config_is_the_charts_render():
+    """configs/pipeline-gpu.yaml is what `helm install sparring -n kubeflow -f
+    values-gpu.yaml` puts in its ConfigMap: endpoints, Secret and images included."""
+    chart = Chart.load(str(CHART))
+    rendered = pipeline_config(render(chart, values_for("gpu")))
+    shipped = yaml.safe_load((ROOT / "configs" / "pipeline-gpu.yaml").read_text())
+    assert shipped == rendered
+    assert shipped["tracking"]["tracking_uri"] in services(render(chart, values_for("gpu")))
+
+
+# ---- issue 18: hardening and operations -------------------------------------------------------
+
+
+def test_network_policies_admit_only_pipeline_pods_the_ui_and_the_release(chart):
+    docs = render(chart, values_for("local"))
+    policies = by_kind(docs, "NetworkPolicy")
+    assert set(policies) == {f"{RELEASE}-mlflow", f"{RELEASE}-s3"}
+    for component, port in (("mlflow", 5000), ("s3", 8333)):
+        spec = policies[f"{RELEASE}-{component}"]["spec"]
+        assert spec["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == component
+        (rule,) = spec["ingress"]
+        assert rule["ports"] == [{"port": port, "protocol": "TCP"}]
+        peers = rule["from"]
+        pipeline = peers[0]
+        assert pipeline["namespaceSelector"]["matchLabels"] == {
+            "kubernetes.io/metadata.name": NAMESPACE
+        }
+        assert pipeline["podSelector"]["matchExpressions"][0]["key"] == (
+            "workflows.argoproj.io/workflow"
+        )
+        assert {"app.kubernetes.io/instance": RELEASE} in [
+            p.get("podSelector", {}).get("matchLabels") for p in peers
+        ]
+        ui = [p for p in peers if "matchExpressions" in p.get("podSelector", {})][-1]
+        assert ui["podSelector"]["matchExpressions"][0]["values"] == [
+            "ml-pipeline-ui",
+            "ml-pipeline",
+        ]
+        assert not any(p == {} or p.get("podSelector") == {} for p in peers)  # nobody else
+    ext = by_kind(render(chart, values_for("external")), "NetworkPolicy")[f"{RELEASE}-mlflow"]
+    assert ext["spec"]["ingress"][0]["from"][-1]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "ingress-nginx"
+    }
+    assert "NetworkPolicy" not in {
+        d["kind"] for d in render(chart, {**MINIMAL, "networkPolicy": {"enabled": False}})
+    }
+
+
+def test_pdb_only_with_replicas(chart):
+    assert "PodDisruptionBudget" not in {d["kind"] for d in render(chart, MINIMAL)}
+    pdb = by_kind(render(chart, values_for("gpu")), "PodDisruptionBudget")[f"{RELEASE}-mlflow"]
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "mlflow"
+
+
+def test_db_upgrade_runs_once_before_mlflow_and_really_migrates(chart, tmp_path):
+    docs = render(chart, values_for("gpu"))
+    hook = by_kind(docs, "Job")[f"{RELEASE}-mlflow-db-upgrade"]
+    assert hook["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    container = hook["spec"]["template"]["spec"]["containers"][0]
+    mlflow = by_kind(docs, "Deployment")[f"{RELEASE}-mlflow"]["spec"]["template"]["spec"]
+    assert "initContainers" not in mlflow  # postgres: the replicas do not migrate
+    sqlite = by_kind(render(chart, MINIMAL), "Deployment")[f"{RELEASE}-mlflow"]["spec"]["template"]
+    (init,) = sqlite["spec"]["initContainers"]
+    assert f"{RELEASE}-mlflow-db-upgrade" not in by_kind(render(chart, MINIMAL), "Job")
+    assert init["command"] == container["command"]
+    # run the rendered command for real against a sqlite store: it creates the schema, then is a
+    # no-op on the current one
+    db = tmp_path / "mlflow.db"
+    argv = [
+        a.replace("$(MLFLOW_BACKEND_STORE_URI)", f"sqlite:///{db}") for a in container["command"]
+    ]
+    argv[0] = str(Path(sys.executable).parent / argv[0])
+    for _ in range(2):
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+    import sqlite3
+
+    with sqlite3.connect(db) as con:
+        (head,) = con.execute("select version_num from alembic_version").fetchone()
+        tables = {r[0] for r in con.execute("select name from sqlite_master")}
+    assert head and {"experiments", "registered_models", "model_versions"} <= tables
+
+
+def test_one_worker_on_sqlite(chart):
+    def workers(values):
+        mlflow = by_kind(render(chart, values), "Deployment")[f"{RELEASE}-mlflow"]
+        return [
+            a for a in mlflow["spec"]["template"]["spec"]["containers"][0]["args"] if "workers" in a
+        ]
+
+    assert workers(MINIMAL) == ["--workers=1"]
+    assert workers(values_for("gpu")) == ["--workers=2"]  # postgres
+    with pytest.raises(Exception, match="sqlite takes one MLflow worker"):
+        chart.render({**MINIMAL, "mlflow": {"workers": 2}}, name=RELEASE, namespace=NAMESPACE)
+
+
+def test_ingress_and_httproute_serve_mlflow_under_its_static_prefix(chart):
+    docs = render(chart, values_for("external"))
+    mlflow = by_kind(docs, "Deployment")[f"{RELEASE}-mlflow"]["spec"]["template"]["spec"]
+    c = mlflow["containers"][0]
+    assert "--static-prefix=/mlflow" in c["args"]
+    assert c["readinessProbe"]["httpGet"]["path"] == "/mlflow/health"
+    ing = by_kind(docs, "Ingress")[f"{RELEASE}-mlflow"]["spec"]
+    (path,) = ing["rules"][0]["http"]["paths"]
+    assert path["path"] == "/mlflow" and path["backend"]["service"]["name"] == f"{RELEASE}-mlflow"
+    assert ing["tls"] == [{"hosts": ["tools.example.com"], "secretName": "tools-tls"}]
+    assert pipeline_config(docs)["tracking"]["tracking_uri"].endswith(":5000/mlflow")
+    values = {
+        **MINIMAL,
+        "mlflow": {
+            "staticPrefix": "/mlflow",
+            "httpRoute": {"enabled": True, "parentRefs": [{"name": "main", "namespace": "gw"}]},
+        },
+    }
+    docs = render(chart, values)
+    validate_strict(docs)
+    route = by_kind(docs, "HTTPRoute")[f"{RELEASE}-mlflow"]
+    assert route["apiVersion"] == "gateway.networking.k8s.io/v1"
+    (rule,) = route["spec"]["rules"]
+    assert rule["matches"] == [{"path": {"type": "PathPrefix", "value": "/mlflow"}}]
+    assert rule["backendRefs"] == [{"name": f"{RELEASE}-mlflow", "port": 5000}]
+    assert route["spec"]["parentRefs"] == [{"name": "main", "namespace": "gw"}]
+    with pytest.raises(Exception, match="needs mlflow.httpRoute.parentRefs"):
+        chart.render(
+            {**MINIMAL, "mlflow": {"httpRoute": {"enabled": True}}},
+            name=RELEASE,
+            namespace=NAMESPACE,
+        )
+
+
+def test_chart_works_as_a_subchart_with_globals(chart):
+    docs = render(chart, {**MINIMAL, "global": {"imageRegistry": "x", "storageClass": "y"}})
+    assert by_kind(docs, "Deployment")
+
+
+@needs_pipeline
+def test_hf_token_and_model_cache_reach_every_task(chart, tmp_path):
+    docs = render(chart, values_for("external"))
+    secret = by_kind(docs, "Secret")[f"{RELEASE}-hf"]
+    assert secret["stringData"] == {"HF_TOKEN": "hf_dummy_token_for_ci"}
+    pvc = by_kind(docs, "PersistentVolumeClaim")[f"{RELEASE}-model-cache"]
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    cfg = pipeline_config(docs)
+    assert cfg["kubernetes"]["hf_secret"] == f"{RELEASE}-hf"
+    assert cfg["kubernetes"]["model_cache_pvc"] == f"{RELEASE}-model-cache"
+    cfg_path = tmp_path / "pipeline.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    out = tmp_path / "ir.yaml"
+    sparring_cli = str(Path(sys.executable).parent / "sparring")
+    subprocess.run([sparring_cli, "compile", "--config", str(cfg_path), "-o", str(out)], check=True)
+    platform = list(yaml.safe_load_all(out.read_text()))[1]["platforms"]["kubernetes"]
+    executors = platform["deploymentSpec"]["executors"]
+    assert executors
+    for spec in executors.values():
+        secrets = {s["secretName"] for s in spec.get("secretAsEnv", [])}
+        assert f"{RELEASE}-hf" in secrets
+        (pvc_mount,) = [
+            p for p in spec["pvcMount"] if p.get("mountPath", "").endswith("huggingface")
+        ]
+        assert pvc_mount["mountPath"] == "/home/sparring/.cache/huggingface"
+
+
+# ---- helm test: KFP and the runner's S3 credentials -------------------------------------------
+
+
+def serve(handler_cls):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler_cls)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_helm_test_checks_kfp_and_the_runner_secret(tmp_path):
+    import base64
+
+    smoke = load_module(CHART / "files" / "smoke_test.py", "smoke_test_runner")
+    token = "runner-token"
+    seen = []
+
+    class Api(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server API
+            seen.append((self.path, self.headers.get("Authorization")))
+            if self.path == "/apis/v2beta1/healthz":
+                body = {"tag_name": "2.17.0", "multi_user": False}
+            elif self.headers.get("Authorization") != f"Bearer {token}":
+                self.send_response(403)
+                self.end_headers()
+                return
+            elif self.path == "/api/v1/namespaces/kubeflow/secrets/sparring-s3":
+                enc = base64.b64encode(b"x").decode()
+                body = {"data": {"AWS_ACCESS_KEY_ID": enc, "AWS_SECRET_ACCESS_KEY": enc}}
+            else:
+                self.send_response(404)
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(json.dumps(body).encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = serve(Api)
+    api = f"http://127.0.0.1:{server.server_port}"
+    sa = tmp_path / "sa"
+    sa.mkdir()
+    (sa / "token").write_text(token)
+    keys = ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]
+    try:
+        assert smoke.check_kfp(api) == "KFP 2.17.0 multi_user=False"
+        assert "sparring-s3" in smoke.check_runner_secret("kubeflow", "sparring-s3", keys, api, sa)
+        assert seen[-1][1] == f"Bearer {token}"  # read with the runner's own token
+        with pytest.raises(SystemExit, match="cannot read Secret kubeflow/other: HTTP 404"):
+            smoke.check_runner_secret("kubeflow", "other", keys, api, sa)
+        (sa / "token").write_text("someone-else")
+        with pytest.raises(SystemExit, match="HTTP 403"):
+            smoke.check_runner_secret("kubeflow", "sparring-s3", keys, api, sa)
+        (sa / "token").unlink()
+        with pytest.raises(SystemExit, match="no ServiceAccount token"):
+            smoke.check_runner_secret("kubeflow", "sparring-s3", keys, api, sa)
+    finally:
+        server.shutdown()
+    with pytest.raises(SystemExit, match="did not answer /apis/v2beta1/healthz"):
+        smoke.check_kfp(f"http://127.0.0.1:{_free_port()}", timeout=1)
+    web_identity = tmp_path / "aws-token"
+    web_identity.write_text("jwt")
+    arn = "arn:aws:iam::123456789012:role/sparring"
+    env = {"AWS_ROLE_ARN": arn, "AWS_WEB_IDENTITY_TOKEN_FILE": str(web_identity)}
+    assert smoke.check_runner_irsa(arn, env) == f"IRSA role {arn}"
+    with pytest.raises(SystemExit, match="no IRSA credentials"):
+        smoke.check_runner_irsa(arn, {})
+
+
+@pytest.mark.parametrize("name", ["minimal", "irsa"])
+def test_helm_test_pod_is_wired_for_the_runner_checks(chart, name):
+    docs = render_named(chart, name)
+    pod = by_kind(docs, "Pod")[f"{RELEASE}-test"]
+    assert pod["spec"]["serviceAccountName"] == RELEASE
+    assert pod["spec"]["automountServiceAccountToken"] is True
+    env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+    assert env["KFP_HOST"]["value"] == "http://ml-pipeline.kubeflow.svc.cluster.local:8888"
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    if name == "irsa":
+        assert env["RUNNER_S3_SECRET"]["value"] == ""
+        assert env["RUNNER_ROLE_ARN"]["value"].startswith("arn:aws:iam::")
+    else:
+        assert env["RUNNER_S3_SECRET"]["value"] == f"{RELEASE}-s3"

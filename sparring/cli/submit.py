@@ -20,7 +20,13 @@ from sparring.cli.options import load_config
 @click.option("--campaign", type=int, help="Run this many iterations as consecutive runs.")
 @click.option("--block", default=10, show_default=True, help="Iterations per run of a campaign.")
 @click.option("--timeout", default=86400, show_default=True, help="Seconds to wait for each run.")
-def command(config, host, experiment, run_name, namespace, campaign, block, timeout) -> None:
+@click.option(
+    "--service-account",
+    help="ServiceAccount the runs use, e.g. the Helm chart's runner (IRSA) [default: KFP's].",
+)
+def command(
+    config, host, experiment, run_name, namespace, campaign, block, timeout, service_account
+) -> None:
     """Upload (or version) the pipeline and create a run through kfp.Client.
 
     With --campaign N, submit N iterations as runs of --block iterations each; every run after
@@ -35,8 +41,9 @@ def command(config, host, experiment, run_name, namespace, campaign, block, time
     cfg = load_config(PipelineConfig, config or str(DEFAULT_CONFIG), {"run_name": run_name})
     client = kfp.Client(host=host, namespace=namespace)
     if campaign:
-        for run in run_campaign(client, cfg, experiment, campaign, block, timeout):
+        runs = run_campaign(client, cfg, experiment, campaign, block, timeout, service_account)
+        for run in runs:
             click.echo(f"run {run.run_id} done")
     else:
-        run = submit(client, cfg, experiment, run_name)
+        run = submit(client, cfg, experiment, run_name, service_account)
         click.echo(f"created run {run.run_id}: {host.rstrip('/')}/#/runs/details/{run.run_id}")

@@ -110,6 +110,8 @@ class KubernetesSettings(_Strict):
     tolerations: list[Toleration] = Field(default_factory=list)  # for accelerator tasks
     s3_secret: str | None = "sparring-s3"  # Secret with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY
     shm_size: str | None = "8Gi"  # /dev/shm emptyDir (medium Memory) on GPU tasks; None = off
+    hf_secret: str | None = None  # Secret with HF_TOKEN (gated hub models), as env on every task
+    model_cache_pvc: str | None = None  # PVC mounted at every task's HF cache ($HF_HOME)
     retries: int = Field(0, ge=0)  # retries per task (S3/MLflow hiccups, preemption)
     caching: bool = False  # KFP step caching; off so that every run trains anew
 
@@ -209,7 +211,7 @@ class PipelineConfig(_Strict):
         if unknown:
             raise ValueError(
                 f"opponents.difficulty.pool names {unknown}, which are not scripted agents of "
-                f"{self.game!r} ({scripted}) nor earlier checkpoints `past-<k>` (k >= 1, e.g. "
+                f"{self.game.name} ({scripted}) nor earlier checkpoints `past-<k>` (k >= 1, e.g. "
                 "past-1: the policy of the previous iteration)"
             )
 

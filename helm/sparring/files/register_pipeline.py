@@ -2,9 +2,13 @@
 
 Runs in the chart's post-install/post-upgrade Job (image: the Sparring CPU image):
 
+0. Ask the KFP API which backend it is (`GET /apis/v2beta1/healthz`: `tag_name`, `multi_user`)
+   and fail early, naming the fix, when it is older than `$KFP_MIN_VERSION` or its mode is not
+   `$KFP_MULTI_USER`.
 1. `sparring compile --config $PIPELINE_CONFIG -o $PIPELINE_PACKAGE` turns the rendered config
    into pipeline IR (same command, same config as a user's laptop).
-2. Upload it as pipeline `$PIPELINE_NAME`, or as a new version `$PIPELINE_VERSION` of it.
+2. Upload it as pipeline `$PIPELINE_NAME`, or as a new version `$PIPELINE_VERSION` of it
+   (multi-user KFP: a pipeline of the profile namespace `$KFP_NAMESPACE`, not a shared one).
 3. If `$RECURRING_RUN_CRON` is set, point the recurring run `$RECURRING_RUN_NAME` (in
    experiment `$RECURRING_RUN_EXPERIMENT`) at the new version, replacing the old one.
 
@@ -15,13 +19,59 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 TOKEN_PATH = "/var/run/secrets/kubeflow/pipelines/token"  # projected SA token (multi-user KFP)
+
+
+def parse_version(tag: str) -> tuple[int, int, int] | None:
+    """(major, minor, patch) of a KFP tag such as `2.17.0` or `v2.14.3-rc.1`; None if not one."""
+    m = re.match(r"^v?(\d+)\.(\d+)\.(\d+)", tag.strip())
+    return tuple(int(x) for x in m.groups()) if m else None
+
+
+def check_backend(healthz: Mapping[str, Any], min_version: str, multi_user: bool) -> str:
+    """Step 0: the KFP backend is new enough and in the expected mode; returns its version.
+    Raises SystemExit with the fix otherwise. A build that reports no version (`unknown`,
+    a dev build) passes with a warning."""
+    tag = str(healthz.get("tag_name", "unknown"))
+    have, need = parse_version(tag), parse_version(min_version)
+    if have is None:
+        print(f"warning: KFP reports version {tag!r}; cannot check it is >= {min_version}")
+    elif need and have < need:
+        raise SystemExit(
+            f"KFP {tag} is too old for this install: it needs {min_version} or later (2.14 for "
+            "the exit handler's final status; 2.17 for a non-AWS S3 endpoint or IRSA in the "
+            "launcher). Upgrade Kubeflow Pipelines, or set kfp.minVersion if you know better."
+        )
+    reported = bool(healthz.get("multi_user", False))
+    if reported != multi_user:
+        mode = "multi-user" if reported else "standalone (single-user)"
+        raise SystemExit(
+            f"KFP at this host is {mode} but the chart has kfp.multiUser={str(multi_user).lower()}"
+            f": set kfp.multiUser={str(reported).lower()} (and install into the profile namespace"
+            " for multi-user)."
+        )
+    return tag
+
+
+def get_healthz(host: str, token: str | None = None, timeout: float = 10.0) -> dict:
+    """GET <host>/apis/v2beta1/healthz (the JSON the API server writes itself)."""
+    req = urllib.request.Request(f"{host.rstrip('/')}/apis/v2beta1/healthz")
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read().decode())
+
+
+def read_token() -> str | None:
+    return Path(TOKEN_PATH).read_text().strip() if Path(TOKEN_PATH).exists() else None
 
 
 def compile_pipeline(config: str, package: str) -> None:
@@ -39,11 +89,32 @@ def _find_version(client: Any, pipeline_id: str, name: str) -> str | None:
     return found[0].pipeline_version_id if found else None
 
 
-def upload(client: Any, package: str, name: str, version: str, description: str) -> tuple[str, str]:
-    """Step 2: create the pipeline or add `version` to it. Returns (pipeline_id, version_id)."""
-    pipeline_id = client.get_pipeline_id(name)
+def find_pipeline(client: Any, name: str, namespace: str | None) -> str | None:
+    """The id of pipeline `name`: a shared one, or (multi-user) one of `namespace`."""
+    if namespace is None:
+        return client.get_pipeline_id(name)
+    flt = json.dumps(
+        {"predicates": [{"key": "display_name", "operation": "EQUALS", "string_value": name}]}
+    )
+    found = client.list_pipelines(page_size=2, filter=flt, namespace=namespace).pipelines or []
+    return found[0].pipeline_id if found else None
+
+
+def upload(
+    client: Any,
+    package: str,
+    name: str,
+    version: str,
+    description: str,
+    namespace: str | None = None,
+) -> tuple[str, str]:
+    """Step 2: create the pipeline (in `namespace` for multi-user KFP) or add `version` to it.
+    Returns (pipeline_id, version_id)."""
+    pipeline_id = find_pipeline(client, name, namespace)
     if pipeline_id is None:
-        pipeline = client.upload_pipeline(package, pipeline_name=name, description=description)
+        pipeline = client.upload_pipeline(
+            package, pipeline_name=name, description=description, namespace=namespace
+        )
         pipeline_id = pipeline.pipeline_id
         first = client.list_pipeline_versions(pipeline_id, page_size=1).pipeline_versions
         print(f"created pipeline {name!r} ({pipeline_id})")
@@ -99,18 +170,28 @@ def make_client(env: Mapping[str, str]) -> Any:
     """A kfp.Client for $KFP_HOST, with the projected SA token when one is mounted."""
     import kfp
 
-    token = Path(TOKEN_PATH).read_text().strip() if Path(TOKEN_PATH).exists() else None
     return kfp.Client(
-        host=env["KFP_HOST"], existing_token=token, namespace=env.get("KFP_NAMESPACE") or "kubeflow"
+        host=env["KFP_HOST"],
+        existing_token=read_token(),
+        namespace=env.get("KFP_NAMESPACE") or "kubeflow",
     )
 
 
-def main(env: Mapping[str, str] = os.environ, client: Any = None) -> int:
+def main(env: Mapping[str, str] = os.environ, client: Any = None, healthz=None) -> int:
+    multi_user = env.get("KFP_MULTI_USER", "false") == "true"
+    health = healthz if healthz is not None else get_healthz(env["KFP_HOST"], read_token())
+    version = check_backend(health, env.get("KFP_MIN_VERSION", "2.14.0"), multi_user)
+    print(f"KFP {version}, {'multi-user' if multi_user else 'standalone'}")
     package = env.get("PIPELINE_PACKAGE", "/tmp/pipeline.yaml")
     compile_pipeline(env["PIPELINE_CONFIG"], package)
     client = client or make_client(env)
     pipeline_id, version_id = upload(
-        client, package, env["PIPELINE_NAME"], env["PIPELINE_VERSION"], env.get("DESCRIPTION", "")
+        client,
+        package,
+        env["PIPELINE_NAME"],
+        env["PIPELINE_VERSION"],
+        env.get("DESCRIPTION", ""),
+        namespace=env.get("KFP_NAMESPACE") if multi_user else None,
     )
     if env.get("RECURRING_RUN_CRON"):
         schedule(

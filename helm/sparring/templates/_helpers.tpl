@@ -60,6 +60,32 @@ sparring.serviceAccountName: the ServiceAccount every pod (and, by default, pipe
 {{- end }}
 
 {{/*
+sparring.kfpNamespace: where KFP runs execute: kfp.namespace, or the release namespace.
+*/}}
+{{- define "sparring.kfpNamespace" -}}
+{{- default .Release.Namespace .Values.kfp.namespace }}
+{{- end }}
+
+{{/*
+sparring.podMetadata: a pod template's labels and annotations. Call with (dict "ctx" $
+"component" NAME "job" BOOL "annotations" DICT): selector labels and the component win over
+podLabels, and jobPodLabels (no Istio sidecar by default) over podLabels for pods that must exit.
+*/}}
+{{- define "sparring.podMetadata" -}}
+{{- $ctx := .ctx }}
+{{- $labels := merge (fromYaml (include "sparring.selectorLabels" $ctx)) (dict "app.kubernetes.io/component" .component) }}
+{{- if .job }}{{ $labels = merge $labels (deepCopy $ctx.Values.jobPodLabels) }}{{ end }}
+{{- $labels = merge $labels (deepCopy $ctx.Values.podLabels) }}
+{{- $annotations := merge (deepCopy (default (dict) .annotations)) (deepCopy $ctx.Values.podAnnotations) }}
+labels:
+  {{- toYaml $labels | nindent 2 }}
+{{- with $annotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
 sparring.image: a runtime image reference. Call with (dict "ctx" $ "flavor" "cpu"|"gpu"):
 <image.repository>:<image.tag or appVersion>-<flavor>, the same scheme images/build.sh tags.
 */}}
@@ -115,9 +141,84 @@ sparring.mlflowUrl: the in-cluster MLflow URL (or mlflow.externalUrl when not bu
 */}}
 {{- define "sparring.mlflowUrl" -}}
 {{- if .Values.mlflow.enabled }}
-{{- printf "http://%s-mlflow.%s.svc.cluster.local:%d" (include "sparring.fullname" .) .Release.Namespace (int .Values.mlflow.service.port) }}
+{{- printf "http://%s-mlflow.%s.svc.cluster.local:%d%s" (include "sparring.fullname" .) .Release.Namespace (int .Values.mlflow.service.port) .Values.mlflow.staticPrefix }}
 {{- else }}
 {{- .Values.mlflow.externalUrl }}
+{{- end }}
+{{- end }}
+
+{{/*
+sparring.mlflowWorkers: server workers: mlflow.workers, else 1 on sqlite and 2 on postgres.
+*/}}
+{{- define "sparring.mlflowWorkers" -}}
+{{- if kindIs "invalid" .Values.mlflow.workers }}
+{{- if eq .Values.mlflow.backendStore.type "sqlite" }}1{{ else }}2{{ end }}
+{{- else }}
+{{- .Values.mlflow.workers }}
+{{- end }}
+{{- end }}
+
+{{/*
+sparring.kfpMinVersion: the oldest KFP backend this install works with: kfp.minVersion, else
+2.17.0 when the launcher needs it (a non-AWS S3 endpoint, or IRSA), else 2.14.0 (the exit
+handler's final status).
+*/}}
+{{- define "sparring.kfpMinVersion" -}}
+{{- if .Values.kfp.minVersion }}
+{{- .Values.kfp.minVersion }}
+{{- else if or (include "sparring.s3Endpoint" .) (eq .Values.s3.credentials.mode "serviceAccount") }}
+{{- "2.17.0" }}
+{{- else }}
+{{- "2.14.0" }}
+{{- end }}
+{{- end }}
+
+{{/*
+sparring.hfSecretName: the Secret holding HF_TOKEN (chart-made or existing); empty when none.
+*/}}
+{{- define "sparring.hfSecretName" -}}
+{{- if .Values.hf.existingSecret }}
+{{- .Values.hf.existingSecret }}
+{{- else if .Values.hf.token }}
+{{- printf "%s-hf" (include "sparring.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{/*
+sparring.launcherData: the `data` of a kfp-launcher ConfigMap that sends KFP artifacts to
+s3://<bucket>/<prefix>/kfp with this release's S3 settings (the ConfigMap template and the
+`kubectl patch` in NOTES.txt both use it).
+*/}}
+{{- define "sparring.launcherData" -}}
+{{- $s3 := dict "region" .Values.s3.region "forcePathStyle" (eq (include "sparring.s3PathStyle" .) "true") }}
+{{- with include "sparring.s3Endpoint" . }}
+{{- $_ := set $s3 "endpoint" (. | trimPrefix "https://" | trimPrefix "http://") }}
+{{- $_ := set $s3 "disableSSL" (hasPrefix "http://" .) }}
+{{- end }}
+{{- with include "sparring.s3SecretName" . }}
+{{- $_ := set $s3 "credentials" (dict "fromEnv" false "secretRef" (dict "secretName" . "accessKeyKey" $.Values.s3.credentials.accessKeyIdKey "secretKeyKey" $.Values.s3.credentials.secretAccessKeyKey)) }}
+{{- else }}
+{{- $_ := set $s3 "credentials" (dict "fromEnv" true) }}
+{{- end }}
+defaultPipelineRoot: {{ include "sparring.s3Uri" (dict "ctx" . "sub" "kfp") | quote }}
+providers: {{ toYaml (dict "s3" (dict "default" $s3)) | quote }}
+{{- end }}
+
+{{/*
+sparring.launcherPreflight: with kfp.launcher.create, fail when a kfp-launcher ConfigMap exists
+that this release does not own (KFP's own, or one the profile controller reconciles): Helm could
+not import it, and after --take-ownership `helm uninstall` would delete KFP's ConfigMap. Call
+with (dict "ctx" $ "existing" (lookup ...)); offline renders see an empty lookup.
+*/}}
+{{- define "sparring.launcherPreflight" -}}
+{{- $ctx := .ctx }}
+{{- if and $ctx.Values.kfp.launcher.create .existing }}
+{{- $annotations := default (dict) .existing.metadata.annotations }}
+{{- $owner := get $annotations "meta.helm.sh/release-name" }}
+{{- $ownerNs := get $annotations "meta.helm.sh/release-namespace" }}
+{{- if not (and (eq $owner $ctx.Release.Name) (eq $ownerNs $ctx.Release.Namespace)) }}
+{{- fail (printf "kfp.launcher.create=true, but ConfigMap kfp-launcher already exists in namespace %s (owned by %s): KFP ships it, and multi-user KFP's profile controller reconciles one per profile. Keep kfp.launcher.create=false and point the existing one at S3 instead: the kubectl patch command is in docs/cluster.md and in this chart's NOTES.txt (helm install --set kfp.launcher.create=false)" (include "sparring.kfpNamespace" $ctx) (default "no Helm release" $owner)) }}
+{{- end }}
 {{- end }}
 {{- end }}
 
@@ -153,6 +254,7 @@ sparring.podSpecCommon: serviceAccount, pull secrets and pod securityContext sha
 */}}
 {{- define "sparring.podSpecCommon" -}}
 serviceAccountName: {{ include "sparring.serviceAccountName" . }}
+automountServiceAccountToken: false
 {{- with .Values.image.pullSecrets }}
 imagePullSecrets:
 {{- range . }}
@@ -204,6 +306,21 @@ sparring.validate: fail on value combinations the schema cannot express, naming 
 {{- if and (ne $c.mode "serviceAccount") (or (ne $c.accessKeyIdKey "AWS_ACCESS_KEY_ID") (ne $c.secretAccessKeyKey "AWS_SECRET_ACCESS_KEY")) }}
 {{- fail "pipeline tasks read the S3 Secret's keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (use_secret_as_env); keep s3.credentials.accessKeyIdKey/secretAccessKeyKey at those names" }}
 {{- end }}
+{{- if ne (include "sparring.kfpNamespace" .) .Release.Namespace }}
+{{- fail (printf "kfp.namespace=%s must be the release namespace (%s): pipeline tasks read the S3 Secret and kfp-launcher from their own namespace; install the release there (helm install -n %s)" .Values.kfp.namespace .Release.Namespace .Values.kfp.namespace) }}
+{{- end }}
+{{- if and (eq .Values.mlflow.backendStore.type "sqlite") (gt (int (include "sparring.mlflowWorkers" .)) 1) }}
+{{- fail "mlflow.backendStore.type=sqlite takes one MLflow worker (sqlite has one writer at a time); leave mlflow.workers empty or set 1, or use type=postgres" }}
+{{- end }}
+{{- if and .Values.hf.token .Values.hf.existingSecret }}
+{{- fail "hf.token and hf.existingSecret are exclusive: the chart makes a Secret from hf.token, or uses the one named by hf.existingSecret" }}
+{{- end }}
+{{- if and .Values.mlflow.ingress.enabled .Values.mlflow.httpRoute.enabled }}
+{{- fail "mlflow.ingress.enabled and mlflow.httpRoute.enabled are exclusive: expose MLflow one way" }}
+{{- end }}
+{{- if and .Values.mlflow.httpRoute.enabled (not .Values.mlflow.httpRoute.parentRefs) }}
+{{- fail "mlflow.httpRoute.enabled needs mlflow.httpRoute.parentRefs (the Gateway to attach to, e.g. [{name: main, namespace: gateway}])" }}
+{{- end }}
 {{- if and .Values.pipeline.register.recurringRun.enabled (not .Values.pipeline.register.enabled) }}
 {{- fail "pipeline.register.recurringRun.enabled needs pipeline.register.enabled (the Job that creates it)" }}
 {{- end }}
@@ -216,9 +333,12 @@ tracking, images and GPU placement this chart owns.
 */}}
 {{- define "sparring.pipelineConfig" -}}
 {{- $p := .Values.pipeline }}
+{{- $game := get $p.config "game" }}
+{{- if kindIs "map" $game }}{{ $game = get $game "name" }}{{ end }}
+{{- $suffix := ternary "-diplomacy" "" (eq (toString $game) "diplomacy") }}
 {{- $k8s := dict
-  "image" (include "sparring.image" (dict "ctx" . "flavor" "cpu"))
-  "gpu_image" (include "sparring.image" (dict "ctx" . "flavor" "gpu"))
+  "image" (include "sparring.image" (dict "ctx" . "flavor" (printf "cpu%s" $suffix)))
+  "gpu_image" (include "sparring.image" (dict "ctx" . "flavor" (printf "gpu%s" $suffix)))
   "accelerator_type" $p.gpu.accelerator
   "rollout_gpus" (int $p.gpu.rollout)
   "train_gpus" (int $p.gpu.train)
@@ -229,6 +349,8 @@ tracking, images and GPU placement this chart owns.
   "shm_size" ($p.gpu.shmSize | default nil)
   "retries" (int $p.retries)
   "caching" $p.caching }}
+{{- with include "sparring.hfSecretName" . }}{{ $_ := set $k8s "hf_secret" . }}{{ end }}
+{{- if .Values.modelCache.enabled }}{{ $_ := set $k8s "model_cache_pvc" (printf "%s-model-cache" (include "sparring.fullname" .)) }}{{ end }}
 {{- $storage := dict
   "root" (include "sparring.s3Uri" (dict "ctx" . "sub" "runs"))
   "endpoint_url" (include "sparring.s3Endpoint" . | default nil)
