@@ -21,6 +21,7 @@ import json
 import tempfile
 
 from sparring.game_init import GameInitConfig, generate_inits
+from sparring.games import GameSpec
 from sparring.generation.base import SamplingParams
 from sparring.generation.hf import HFBackend
 from sparring.rollout import RolloutConfig, RolloutResult, play
@@ -55,12 +56,16 @@ def main() -> None:
     model = args.model or str(init_tiny(tempfile.mkdtemp(prefix="sparring-tiny-")))
     params = {"horizon": args.horizon, "press": args.press}
     df = generate_inits(
-        GameInitConfig(game="diplomacy", game_params=params, num_train=args.games, num_val=0),
+        GameInitConfig(
+            game=GameSpec(name="diplomacy", params=params), num_train=args.games, num_val=0
+        ),
         progress=False,
     )
     inits = [(r.init_id, json.loads(r.state)) for r in df.itertuples()]
     sampling = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens, seed=0)
-    cfg = RolloutConfig(game="diplomacy", game_params=params, games_per_init=1, sampling=sampling)
+    cfg = RolloutConfig(
+        game=GameSpec(name="diplomacy", params=params), games_per_init=1, sampling=sampling
+    )
     backend = HFBackend(model, device="cpu", max_batch_size=7 * args.games)
     print(
         f"{args.games} games, horizon {args.horizon}, press {args.press}, "

@@ -34,28 +34,26 @@ from pathlib import Path
 
 import numpy as np
 
-from sparring.agents import make_agent
-from sparring.curriculum import DifficultyConfig, DifficultySchedule
+from sparring import recipe
 from sparring.evaluate import EvalConfig
-from sparring.evaluate_diplomacy import vs_bots
 from sparring.game_init import GameInitConfig, generate_inits
-from sparring.games.diplomacy import ROLES
+from sparring.games import GameSpec
+from sparring.games.diplomacy import ROLES, DiplomacyGame
+from sparring.games.diplomacy.report import vs_bots
 from sparring.generation.base import SamplingParams
 from sparring.generation.hf import HFBackend
-from sparring.opponents import plan_seats
-from sparring.rollout import RolloutConfig, play
-from sparring.samples import write_samples
-from sparring.sft import sft
+from sparring.opponents import DifficultyConfig, DifficultySchedule, plan_seats
+from sparring.rollout import RolloutConfig
+from sparring.sft import SFTConfig
 from sparring.tiny_model import init_tiny
-from sparring.train import NoSignalError, TrainConfig, train
+from sparring.train import GRPOConfig
 
 KEYS = ("country", "init", "batch")
 
 
 def inits_of(split: str, n: int, params: dict, seed: int) -> list[tuple[str, dict]]:
     cfg = GameInitConfig(
-        game="diplomacy",
-        game_params=params,
+        game=GameSpec(name="diplomacy", params=params),
         seed=seed,
         num_train=n if split == "train" else 0,
         num_val=n if split == "val" else 0,
@@ -66,22 +64,12 @@ def inits_of(split: str, n: int, params: dict, seed: int) -> list[tuple[str, dic
 def warm_start(work: Path, params: dict, n: int, epochs: int) -> Path:
     """1. SFT a fresh tiny model on greedy bots playing every seat."""
     tiny = init_tiny(work / "tiny")
-    tokenizer = HFBackend(str(tiny), device="cpu").tokenizer
-    cfg = RolloutConfig(
-        game="diplomacy", game_params=params, games_per_init=1, seats=["greedy"] * len(ROLES)
-    )
-    res = play(
-        inits_of("train", n, params, seed=1),
-        {"greedy": make_agent("greedy")},
-        cfg,
-        progress=False,
-        scripted_tokenizer=tokenizer,
-    )
-    data = write_samples(res.samples, work / "warm.parquet")
-    sft_cfg = TrainConfig(
+    rcfg = RolloutConfig(game=GameSpec(name="diplomacy", params=params))
+    sft_cfg = SFTConfig(
         lr=3e-3, epochs=epochs, mini_batch_size=16, micro_batch_size=8, device="cpu"
     )
-    return sft(tiny, [data], work / "warm", sft_cfg).out_dir
+    states = inits_of("train", n, params, seed=1)
+    return recipe.warm_start(tiny, rcfg, "greedy", states, work / "warm", sft_cfg).out_dir
 
 
 def run_key(key: str, seed: int, warm: Path, work: Path, args, params: dict, train_inits) -> Path:
@@ -98,16 +86,17 @@ def run_key(key: str, seed: int, warm: Path, work: Path, args, params: dict, tra
         sampling = SamplingParams(
             temperature=1.0, max_new_tokens=args.max_new_tokens, seed=seed * 1000 + it
         )
-        cfg = RolloutConfig(
-            game="diplomacy",
-            game_params=params,
+        rcfg = RolloutConfig(
+            game=GameSpec(name="diplomacy", params=params),
             games_per_init=args.games_per_init,
             sampling=sampling,
         )
-        policies = {"policy": HFBackend(str(model), device="cpu"), "greedy": make_agent("greedy")}
-        res = play(train_inits, policies, cfg, progress=False, seat_plan=plan)
-        samples = write_samples(res.samples, out / f"samples-{it}.parquet")
-        tcfg = TrainConfig(
+        policies = {
+            "policy": HFBackend(str(model), device="cpu"),
+            "greedy": DiplomacyGame.make_agent("greedy"),
+        }
+        played = recipe.self_play(train_inits, policies, rcfg, out / f"rollout-{it}", plan)
+        tcfg = GRPOConfig(
             group_key=key,
             lr=args.lr,
             loss_agg_mode=args.loss_agg_mode,
@@ -116,11 +105,9 @@ def run_key(key: str, seed: int, warm: Path, work: Path, args, params: dict, tra
             device="cpu",
             seed=seed * 1000 + it,
         )
-        try:
-            model = train(model, [samples], out / f"iter-{it}", tcfg).out_dir
-        except NoSignalError as err:  # every group tied: nothing to learn this round
-            print(f"  {key} iter {it}: skipped update ({err})")
-        reward = np.mean([r["reward"] for r in res.samples])
+        update = recipe.grpo_step(model, played.paths["samples"], out / f"iter-{it}", tcfg)
+        model = update.out_dir
+        reward = played.metrics["rollout/normalized_reward"]
         print(f"  seed {seed} {key} iter {it}: rollout reward {reward:.3f}", flush=True)
     return model
 
@@ -130,7 +117,10 @@ def evaluate_vs_greedy(model: Path, val_inits, params: dict, args) -> np.ndarray
     sampling = SamplingParams(
         temperature=args.eval_temperature, max_new_tokens=args.max_new_tokens, seed=0
     )
-    cfg = EvalConfig(game="diplomacy", game_params=params, sampling=sampling, max_batch_size=256)
+    rcfg = RolloutConfig(
+        game=GameSpec(name="diplomacy", params=params), sampling=sampling, max_batch_size=256
+    )
+    cfg = EvalConfig(rollout=rcfg)
     plays = [
         (f"{init_id}~{k}", state) for init_id, state in val_inits for k in range(args.eval_samples)
     ]

@@ -25,21 +25,20 @@ import tempfile
 import time
 from pathlib import Path
 
-from transformers import AutoTokenizer
-
-from sparring.agents import make_agent
+from sparring import recipe
 from sparring.evaluate import EvalConfig, evaluate
 from sparring.game_init import GameInitConfig, write_inits
+from sparring.games import GameSpec
 from sparring.generation.base import SamplingParams
 from sparring.generation.hf import HFBackend
-from sparring.rollout import RolloutConfig, load_inits, play, rollout_stats, write_outputs
-from sparring.sft import sft
+from sparring.rollout import RolloutConfig, load_inits
+from sparring.sft import SFTConfig
 from sparring.tiny_model import init_tiny
-from sparring.train import NoSignalError, TrainConfig, train
+from sparring.train import GRPOConfig
 
 
 def val_metrics(
-    backend: HFBackend, val: Path, game: dict, sampling: SamplingParams
+    backend: HFBackend, val: Path, game: GameSpec, sampling: SamplingParams
 ) -> dict[str, float]:
     """Self-play on the val states, sampled (`sampling`) and greedy."""
     out = {}
@@ -47,7 +46,7 @@ def val_metrics(
         ("", sampling),
         ("greedy_", sampling.model_copy(update={"temperature": 0.0})),
     ):
-        cfg = EvalConfig(game_params=game, modes=["selfplay"], sampling=params)
+        cfg = EvalConfig(rollout=RolloutConfig(game=game, sampling=params), modes=["selfplay"])
         m, _ = evaluate(backend, val, cfg, progress=False)
         a = "eval/selfplay/player_a/"
         out |= {
@@ -59,26 +58,21 @@ def val_metrics(
     return out
 
 
-def warm_start(model: str, states: list, game: dict, args: argparse.Namespace, work: Path) -> str:
+def warm_start(
+    model: str, states: list, game: GameSpec, args: argparse.Namespace, work: Path
+) -> str:
     """2. SFT on scripted self-play of `states`; returns the checkpoint path."""
-    rcfg = RolloutConfig(game_params=game, games_per_init=1, seats=["matching-scripted"] * 2)
-    result = play(
-        states,
-        {"matching-scripted": make_agent("matching-scripted")},
-        rcfg,
-        progress=False,
-        scripted_tokenizer=AutoTokenizer.from_pretrained(model),
-    )
-    print(f"scripted teacher reward {rollout_stats(result)['rollout/normalized_reward']:.3f}")
-    samples = write_outputs(result, work / "sft-data")["samples"]
-    cfg = TrainConfig(
+    cfg = SFTConfig(
         lr=args.sft_lr,
         epochs=args.sft_epochs,
         mini_batch_size=16,
         micro_batch_size=16,
         lr_schedule="cosine",
     )
-    return str(sft(model, [samples], work / "iter-0", cfg).out_dir)
+    agent = game.cls.default_opponent
+    warm = recipe.warm_start(model, RolloutConfig(game=game), agent, states, work / "iter-0", cfg)
+    print(f"scripted teacher reward {warm.metrics['warm_start/teacher_reward']:.3f}")
+    return str(warm.out_dir)
 
 
 def plot(curve: list[dict], path: Path, title: str) -> None:
@@ -151,12 +145,13 @@ def main() -> None:
 
     t_start = time.perf_counter()
     work = Path(args.out or tempfile.mkdtemp(prefix="sparring-learning-"))
-    game = {"k": args.k, "max_turns": args.max_turns, "random_names": args.random_names}
+    rules = {"k": args.k, "max_turns": args.max_turns, "random_names": args.random_names}
+    game = GameSpec(name="matching", params=rules)
     sampling = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
     # 1. seeded states (the train split covers SFT and every rollout, disjointly), tiny model
     n_train = args.sft_states + args.iterations * args.train_states
     inits = write_inits(
-        GameInitConfig(game_params=game, num_train=n_train, num_val=args.val_states, seed=0),
+        GameInitConfig(game=game, num_train=n_train, num_val=args.val_states, seed=0),
         work / "inits",
         progress=False,
     )
@@ -180,7 +175,7 @@ def main() -> None:
 
     report(curve[0])
     # 3. self-play -> GRPO -> eval
-    tcfg = TrainConfig(
+    tcfg = GRPOConfig(
         group_key=args.group_key,
         lr=args.lr,
         epochs=args.epochs,
@@ -189,33 +184,24 @@ def main() -> None:
         kl_coef=args.kl_coef,
         loss_agg_mode=args.loss_agg_mode,
     )
-    rollout_game = game | {"invalid_penalty": args.invalid_penalty}  # eval stays unshaped
+    shaped = {**rules, "invalid_penalty": args.invalid_penalty}  # eval stays unshaped
     for it in range(1, args.iterations + 1):
-        start = args.sft_states + (it - 1) * args.train_states
-        cfg = RolloutConfig(
-            game_params=rollout_game,
+        rcfg = RolloutConfig(
+            game=GameSpec(name="matching", params=shaped),
             games_per_init=args.games_per_init,
             sampling=sampling.model_copy(update={"seed": 1000 + it}),
         )
-        result = play(
-            train_states[start : start + args.train_states],
-            {"policy": backend},
-            cfg,
-            progress=False,
+        states = recipe.rotate(train_states[args.sft_states :], it - 1, args.train_states)
+        played = recipe.self_play(states, {"policy": backend}, rcfg, work / f"iter-{it}/rollout")
+        row = {"iteration": it, "rollout_reward": played.metrics["rollout/normalized_reward"]}
+        update = recipe.grpo_step(
+            model,
+            played.paths["samples"],
+            work / f"iter-{it}" / "model",
+            tcfg.model_copy(update={"seed": it}),
         )
-        samples = write_outputs(result, work / f"iter-{it}" / "rollout")["samples"]
-        row = {
-            "iteration": it,
-            "rollout_reward": rollout_stats(result)["rollout/normalized_reward"],
-        }
-        try:
-            stats = train(
-                model,
-                [samples],
-                work / f"iter-{it}" / "model",
-                tcfg.model_copy(update={"seed": it}),
-            )
-            model, m = str(stats.out_dir), stats.metrics
+        model, m = str(update.out_dir), update.metrics
+        if not m["train/no_signal"]:
             row |= {
                 "zero_std_groups": m[f"train/{args.group_key}/frac_reward_zero_std"],
                 "clipfrac": m["train/pg_clipfrac"],
@@ -223,8 +209,6 @@ def main() -> None:
                 "grad_norm": m["train/grad_norm"],
                 "entropy": m.get("train/entropy", float("nan")),
             }
-        except NoSignalError as e:
-            print(f"iter {it}: no update ({e})")
         backend = HFBackend(model, device="cpu")
         row |= val_metrics(backend, inits["val"], game, sampling)
         curve.append(row)

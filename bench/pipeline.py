@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import tempfile
 
-from sparring.local_run import run_local
-from sparring.pipeline_config import PipelineConfig
+from sparring.pipeline.config import PipelineConfig
+from sparring.pipeline.local import run_local
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ share of wall time inside the model's forward passes (hf only), then
 `RESULT rollout_speedup <ratio>`.
 
 With a CUDA GPU (`torch.cuda.is_available()`) it measures the GPU throughput instead, for the
-documented model config (configs/pipeline-gpu.yaml: its model, game_params,
+documented model config (configs/pipeline-gpu.yaml: its model, game params,
 rollout.max_batch_size and max_new_tokens, 512 games unless flags say otherwise), batched only
 (`--baseline` adds the game-by-game loop and its speedup line), and ends with
 `RESULT rollout_tokens_per_s <generated tokens per second>`.
@@ -28,10 +28,10 @@ import torch
 import yaml
 
 from sparring.game_init import GameInitConfig, generate_inits
-from sparring.games import make_game
+from sparring.games import GameSpec, make_game
 from sparring.generation.base import GenerationBackend, SamplingParams
 from sparring.generation.factory import BACKENDS, BackendConfig, make_backend
-from sparring.pipeline_config import CONFIG_DIR
+from sparring.pipeline.config import CONFIG_DIR
 from sparring.rollout import RolloutConfig, play
 from sparring.tiny_model import init_tiny
 
@@ -63,7 +63,7 @@ def gpu_defaults() -> dict:
     rollout = cfg.get("rollout", {})
     return {
         "model": cfg["model"],
-        "k": cfg["game_params"]["k"],
+        "k": cfg["game"]["params"]["k"],
         "games": 512,
         "max_new_tokens": rollout.get("sampling", {}).get("max_new_tokens", 256),
         "max_batch_size": rollout.get("max_batch_size", 256),
@@ -102,7 +102,8 @@ def main() -> None:
 
     game_params = {"k": k, "max_turns": args.max_turns}
     df = generate_inits(
-        GameInitConfig(game_params=game_params, num_train=games, num_val=0), progress=False
+        GameInitConfig(game=GameSpec(params=game_params), num_train=games, num_val=0),
+        progress=False,
     )
     inits = [(r.init_id, json.loads(r.state)) for r in df.itertuples()]
     sampling = SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens, seed=0)
@@ -121,7 +122,7 @@ def main() -> None:
         return "" if fwd is None else f"  forward share {fwd / seconds:.2f}"
 
     cfg = RolloutConfig(
-        game_params=game_params, games_per_init=1, sampling=sampling, max_batch_size=batch
+        game=GameSpec(params=game_params), games_per_init=1, sampling=sampling, max_batch_size=batch
     )
     reset()
     result = play(inits, {"policy": backend}, cfg, progress=False)

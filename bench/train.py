@@ -28,7 +28,7 @@ import pandas as pd
 import torch
 
 from sparring.tiny_model import TinyModelConfig, init_tiny
-from sparring.train import TrainConfig, advantages_for, collate, grpo_update, load_model
+from sparring.train import GRPOConfig, advantages_for, collate, grpo_update, load_model
 
 CPU_MODEL = TinyModelConfig(
     hidden_size=256, num_layers=6, num_heads=4, num_kv_heads=4, intermediate_size=1024
@@ -93,7 +93,7 @@ def main() -> None:
         params = sum(p.numel() for p in model.parameters())
     df = samples(args.batch, args.seq_len, vocab)
     batch = collate(df, pad_id=0)
-    cfg = TrainConfig(
+    cfg = GRPOConfig(
         group_key="game",
         lr=1e-6,
         mini_batch_size=args.batch,

@@ -5,7 +5,11 @@ appends only the new chat-template text (the scaffolding and the other side's me
 0) and then the seat's reply: the ids the model actually generated (mask 1), or, for a scripted
 seat, the tokenized text plus the EOS token. Re-tokenizing a finished conversation can drift
 from what was generated (a verl pitfall); this never does. For canonical tokenizations the ids
-equal `apply_chat_template(whole conversation)` exactly (tested).
+equal `apply_chat_template(whole conversation)` exactly (tested with SmolLM2's template and
+templates reproducing Qwen2.5 and Llama 3 in tests/templates/). A template that trims replies
+(Llama 3) is followed: the trace keeps the generated ids, which later prompts were built on.
+A template that re-renders earlier turns (Qwen3 drops earlier <think> blocks) raises
+TemplateError: the ids the model saw could not be extended consistently.
 
 One samples row per (game, seat):
     sample_id, game_id, init_id, seat, role, policy   identifiers
@@ -61,8 +65,10 @@ class TokenTrace:
         full = self._render(messages, generation_prompt=True)
         if not full.startswith(self._rendered):
             raise TemplateError(
-                "the chat template re-renders earlier turns differently, so tokens can't be "
-                "built turn by turn; use a template whose prefixes are stable (e.g. ChatML)"
+                "the chat template re-renders earlier turns differently (as Qwen3-style templates "
+                "do when they drop earlier <think> blocks), so the ids the model saw can't be "
+                "extended turn by turn. Use a prefix-stable template (ChatML, Llama 3), or one "
+                f"that keeps earlier turns as they were. {_divergence(self._rendered, full)}"
             )
         self._append_text(full[len(self._rendered) :], 0)
         return list(self.input_ids)
@@ -75,20 +81,37 @@ class TokenTrace:
         """
         content = messages[-1]["content"]
         eos_id, eos_text = self.tokenizer.eos_token_id, self.tokenizer.eos_token
+        closed = self._render(messages, generation_prompt=False)
+        # The template's text of the reply: the content, or (Llama 3) the content trimmed. The
+        # ids stay the generated ones, which the model saw in every later prompt of this trace.
+        shown = next(
+            (c for c in (content, content.strip()) if closed.startswith(self._rendered + c)), None
+        )
+        if shown is None:
+            raise TemplateError(
+                "the chat template renders the assistant's reply as other text than its content "
+                "(e.g. it adds or drops a <think> block), so the generated ids can't be placed in "
+                f"it. {_divergence(self._rendered + content, closed)}"
+            )
         ids = generated_ids
         if ids is None:
-            ids = self.tokenizer.encode(content, add_special_tokens=False) + [eos_id]
-        closed = self._render(messages, generation_prompt=False)
-        if not closed.startswith(self._rendered + content):
-            raise TemplateError("the chat template changes assistant content (e.g. trims it)")
+            ids = self.tokenizer.encode(shown, add_special_tokens=False) + [eos_id]
         self.input_ids += ids
         self.assistant_mask += [1] * len(ids)
-        self._rendered += content
+        self._rendered += shown
         tail = closed[len(self._rendered) :]
         if ids and ids[-1] == eos_id and tail.startswith(eos_text):
             self._rendered += eos_text  # the EOS is already in the ids, trained on
             tail = tail[len(eos_text) :]
         self._append_text(tail, 0)
+
+
+def _divergence(expected: str, rendered: str) -> str:
+    """Where `rendered` stops extending `expected`, for error messages."""
+    same = (a == b for a, b in zip(expected, rendered, strict=False))
+    i = next((i for i, s in enumerate(same) if not s), min(len(expected), len(rendered)))
+    got, want = rendered[i : i + 40], expected[i : i + 40]
+    return f"At character {i}, expected {want!r}, the template gave {got!r}."
 
 
 def last_reply_index(assistant_mask: list[int]) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from pydantic import Field
 from transformers import AutoTokenizer
 
 from sparring import grpo
@@ -35,7 +36,7 @@ from sparring.train import (
 class SFTConfig(OptimConfig):
     """Hyperparameters of one SFT run (every samples row is trained, whoever played it)."""
 
-    lr: float = 1e-4  # higher than GRPO's: a warm start moves a model far from its start
+    lr: float = Field(1e-4, gt=0)  # higher than GRPO's: a warm start moves a model far
 
 
 def sft_loss(model, mb: Batch, rows: list[int], actor_cfg) -> tuple[torch.Tensor, dict]:

@@ -22,7 +22,7 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory):
     Point code at it with `monkeypatch.setenv` over `s3_server.env()`, or pass
     `StorageConfig(endpoint_url=s3_server.endpoint_url, access_key_id=..., secret_access_key=...)`.
     """
-    from sparring.s3server import S3Server
+    from sparring.dev.s3server import S3Server
 
     with S3Server(tmp_path_factory.mktemp("s3"), buckets=["sparring"]) as server:
         yield server

@@ -14,7 +14,9 @@ POOL = ["hold", "random-legal", "greedy"]
 
 
 def test_pure_selfplay_seats_the_learner_everywhere():
-    plan, rows = plan_seats(5, ROLES, DifficultySchedule(), selfplay_fraction=1.0)
+    plan, rows = plan_seats(
+        5, ROLES, DifficultySchedule(DifficultyConfig(pool=["hold"])), selfplay_fraction=1.0
+    )
     assert plan == [["policy"] * 7] * 5
     assert {r["mode"] for r in rows} == {"selfplay"}
 
@@ -25,10 +27,10 @@ def test_mixed_games_balance_countries_and_follow_the_schedule():
     plan, rows = plan_seats(40, ROLES, schedule, selfplay_fraction=0.25, seed=3)
     assert sum(r["mode"] == "selfplay" for r in rows) == 10
     mixed = [(seats, r) for seats, r in zip(plan, rows, strict=True) if r["mode"] == "vs_pool"]
-    counts = Counter(r["learner_country"] for _, r in mixed)
+    counts = Counter(r["learner_role"] for _, r in mixed)
     assert set(counts) == set(ROLES) and max(counts.values()) - min(counts.values()) <= 1
     for seats, row in mixed:
-        country = row["learner_country"]
+        country = row["learner_role"]
         assert seats.count("policy") == 1 and seats[ROLES.index(country)] == "policy"
         expected = {"FRANCE": "greedy", "TURKEY": "random-legal"}.get(country, "hold")
         assert row["opponent"] == expected and seats.count(expected) == 6
@@ -38,7 +40,9 @@ def test_mixed_games_balance_countries_and_follow_the_schedule():
 
 def test_bad_arguments_are_clear_errors():
     with pytest.raises(ValueError, match="selfplay_fraction"):
-        plan_seats(4, ROLES, DifficultySchedule(), selfplay_fraction=1.5)
+        plan_seats(
+            4, ROLES, DifficultySchedule(DifficultyConfig(pool=["hold"])), selfplay_fraction=1.5
+        )
     schedule = DifficultySchedule(DifficultyConfig(pool=["policy", "greedy"]))
     with pytest.raises(ValueError, match="can't also be a pool opponent"):
         plan_seats(4, ROLES, schedule)
@@ -69,4 +73,4 @@ def test_schedule_loop_with_scripted_games():
     raised = {c for c, r in rewards.items() if r[0] > 0.18}
     assert raised and set(changes) == raised and all(v == 1 for v in changes.values())
     plan, rows = plan_seats(len(inits), ROLES, schedule, seed=0)
-    assert {r["opponent"] for r in rows if r["learner_country"] in raised} == {"random-legal"}
+    assert {r["opponent"] for r in rows if r["learner_role"] in raised} == {"random-legal"}

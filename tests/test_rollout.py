@@ -9,6 +9,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from sparring.game_init import GameInitConfig, write_inits
+from sparring.games import GameSpec
 from sparring.games.matching import MatchingGame
 from sparring.generation.base import SamplingParams
 from sparring.generation.hf import HFBackend
@@ -181,7 +182,7 @@ def test_names_with_one_checkpoint_share_one_model(inits, tiny_model_dir):
     and the rollout counts the shared backend's generated tokens once."""
     path = str(tiny_model_dir)
     policies = build_policies(
-        None, ["old", "older"], "cpu", extra_models={"old": path, "older": path}
+        GameSpec(), None, ["old", "older"], "cpu", extra_models={"old": path, "older": path}
     )
     assert policies["old"] is policies["older"]
     res = play(inits, policies, config(seats=["old", "older"]), progress=False)

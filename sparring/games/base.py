@@ -115,7 +115,7 @@ class Game(ABC):
         if self.done:
             return StepResult(ok=False, error="the game is over")
         if seat not in self.pending_seats:
-            return StepResult(ok=False, error=f"{self.roles[seat]} has nothing to do now")
+            return StepResult(ok=False, error=f"it is not {self.roles[seat]}'s turn")
         text = text if isinstance(text, str) else str(text)
         self._chat[seat].append({"role": "assistant", "content": text})
         self._stats.words[seat] += len(text.split())

@@ -2,6 +2,6 @@
 
 agent_loop  the registered `sparring_selfplay` loop: whole games, focal-seat masks, reward
 data        dataset rows (initial state x seat) so that uid groups "same state, same seat"
-advantage   the `sparring_grpo` estimator for custom group keys (role, country)
+task        the pipeline's verl task: write the rows, run main_ppo, merge the checkpoint
 launch      the `verl.trainer.main_ppo` command line and the FSDP -> HF merge
 """

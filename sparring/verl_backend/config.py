@@ -10,8 +10,6 @@ from pydantic import BaseModel, Field, model_validator
 
 AGENT_NAME = "sparring_selfplay"
 """The agent loop registered in `sparring.verl_backend.agent_loop`."""
-ESTIMATOR = "sparring_grpo"
-"""The advantage estimator registered in `sparring.verl_backend.advantage`."""
 
 
 class VerlConfig(BaseModel):

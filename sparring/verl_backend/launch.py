@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from sparring.verl_backend.config import AGENT_NAME, ESTIMATOR, VerlConfig
+from sparring.verl_backend.config import AGENT_NAME, VerlConfig
 
 __all__ = [
     "VerlConfig",
@@ -56,10 +56,9 @@ def verl_overrides(
     """Hydra overrides for `verl.trainer.main_ppo` (keys of verl's ppo_trainer.yaml; a leading
     `+` adds a key the schema leaves open)."""
     actor, rollout = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
-    estimator = "grpo" if cfg.group_key == "init_seat" else ESTIMATOR
     kl = cfg.kl_coef > 0
     return [
-        f"algorithm.adv_estimator={estimator}",
+        "algorithm.adv_estimator=grpo",  # rows are state x seat: uid groups by init_seat
         f"algorithm.norm_adv_by_std_in_grpo={cfg.norm_adv_by_std}",
         "algorithm.use_kl_in_reward=False",
         f"data.train_files={train_files}",
@@ -86,8 +85,6 @@ def verl_overrides(
         f"{rollout}.multi_turn.enable=True",
         f"{rollout}.agent.default_agent_loop={AGENT_NAME}",
         f"{rollout}.agent.agent_loop_config_path={agent_loop_config}",
-        "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook="
-        "sparring.verl_backend.advantage.setup_worker",
         f"trainer.n_gpus_per_node={cfg.n_gpus_per_node}",
         f"trainer.nnodes={cfg.nnodes}",
         f"trainer.total_epochs={cfg.total_epochs}",

@@ -13,7 +13,7 @@ from transformers import AutoTokenizer
 from sparring.cli import main
 from sparring.train import GRPOConfig
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 @pytest.mark.parametrize("name", ["train.yaml", "sft.yaml"])

@@ -19,6 +19,7 @@ import pytest
 from pydantic import ValidationError
 from transformers import AutoTokenizer
 
+from sparring.games import GameSpec
 from sparring.generation.base import SamplingParams
 from sparring.generation.factory import BackendConfig, make_backend
 from sparring.generation.hf import HFBackend
@@ -319,10 +320,12 @@ def test_rollout_config_backend_choice_and_validation():
 
 def test_build_policies_picks_the_configured_backend(tiny_model_dir, hf, tokenizer):
     cfg = BackendConfig(name="openai", base_url="http://127.0.0.1:1", retries=0)
-    policies = build_policies(str(tiny_model_dir), None, backend=cfg)
+    policies = build_policies(GameSpec(), str(tiny_model_dir), None, backend=cfg)
     assert isinstance(policies["policy"], OpenAIBackend)
     assert policies["policy"].base_url == "http://127.0.0.1:1" and policies["policy"].retries == 0
-    assert isinstance(build_policies(str(tiny_model_dir), None, "cpu")["policy"], HFBackend)
+    assert isinstance(
+        build_policies(GameSpec(), str(tiny_model_dir), None, "cpu")["policy"], HFBackend
+    )
     assert isinstance(make_backend(str(tiny_model_dir), BackendConfig(), "cpu"), HFBackend)
 
 

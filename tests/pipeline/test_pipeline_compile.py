@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from sparring.cli import main
 from sparring.pipeline.config import CONFIG_DIR, PipelineConfig
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GPU_CONFIG = CONFIG_DIR / "pipeline-gpu.yaml"
 MIX = {"selfplay_fraction": 0.5, "difficulty": {"pool": ["matching-scripted"]}}  # matching's bot
 
@@ -43,7 +43,7 @@ def executors_of(spec: dict, prefix: str) -> list[str]:
 @pytest.mark.parametrize("path", sorted(CONFIG_DIR.glob("pipeline*.yaml")), ids=lambda p: p.name)
 def test_shipped_configs_validate(path):
     cfg = PipelineConfig.from_yaml(path)
-    cfg.train_config(), cfg.train_config(warm_start=True)
+    cfg.grpo_config(), cfg.sft_config()
 
 
 def test_gpu_pipeline(gpu_yaml):
@@ -91,7 +91,7 @@ def test_gpu_pipeline(gpu_yaml):
     assert all(t["retryPolicy"]["maxRetryCount"] == k8s.retries for t in tasks)
     assert all(t["cachingOptions"].get("enableCache", False) is False for t in tasks)
     params = spec["root"]["inputDefinitions"]["parameters"]
-    assert set(params) == {"config", "games_per_iteration", "group_key"}
+    assert set(params) == {"config", "games_per_iteration"}
     assert PipelineConfig.model_validate_json(params["config"]["defaultValue"]) == cfg
 
 
@@ -110,11 +110,17 @@ def test_committed_yaml_is_current(gpu_yaml):
     [
         ({"rollout": {"game": {"params": {"k": 5}}}}, "set it once, at the top"),
         ({"games_per_iteration": 6, "rollout": {"games_per_init": 4}}, "multiple of"),
-        ({"group_key": "planet"}, "unknown group_key"),
+        ({"train": {"group_key": "planet"}}, "unknown group key 'planet' for matching"),
+        ({"train": {"device": "cpu"}}, "set the top-level `device`"),
+        ({"group_key": "init"}, "Extra inputs are not permitted"),
         ({"kubernetes": {"gpus": 1}}, "Extra inputs are not permitted"),
         ({"opponents": {"selfplay_fraction": 1.5}}, "less than or equal to 1"),
         ({"opponents": {"difficulty": {"windw": 3}}}, "Extra inputs are not permitted"),
-        ({"opponents": {"selfplay_fraction": 0.5}}, "not scripted agents of 'matching'"),
+        ({"opponents": {"selfplay_fraction": 0.5}}, "needs opponents.difficulty.pool"),
+        (
+            {"opponents": {"selfplay_fraction": 0.5, "difficulty": {"pool": ["greedy"]}}},
+            "not scripted agents of matching",
+        ),
         ({"rollout": {"seats": ["policy", "matching-scripted"]}, "opponents": MIX}, "not both"),
     ],
 )
@@ -125,15 +131,14 @@ def test_config_errors_name_the_fix(override, message):
 
 def test_opponent_pool_is_the_games_scripted_agents_and_past_checkpoints():
     def dip(*pool: str) -> PipelineConfig:
-        mix = {"selfplay_fraction": 0.5, "difficulty": {"pool": list(pool)} if pool else {}}
+        mix = {"selfplay_fraction": 0.5, "difficulty": {"pool": list(pool)}}
         return PipelineConfig.model_validate({"game": "diplomacy", "opponents": mix})
 
     for bad in ("iter-3", "past-0", "past-", "past-01", "matching-scripted"):
         with pytest.raises(ValidationError, match=rf"names \['{bad}'\], which are not scripted"):
             dip("hold", bad)
-    assert dip().opponents.difficulty.pool == ["hold", "random-legal", "greedy"]
     assert dip("hold", "past-3", "greedy", "past-1").opponents.checkpoint_steps == [1, 3]
-    assert dip().opponents.checkpoint_steps == []
+    assert dip("hold", "greedy").opponents.checkpoint_steps == []
 
 
 def test_rollout_waits_for_the_past_checkpoint_it_loads(tmp_path):
@@ -180,7 +185,18 @@ def test_train_sections_are_checked_at_build_time():
 
 def test_game_is_set_once():
     cfg = PipelineConfig.model_validate({"game": {"params": {"k": 3}}})
-    assert cfg.rollout.game_params == cfg.eval.game_params == cfg.game_init.game_params == {"k": 3}
+    assert cfg.rollout.game == cfg.eval.game == cfg.game_init.game == cfg.game
+    assert cfg.game.params == {"k": 3} and cfg.registered_model == "sparring-matching"
+
+
+def test_deprecated_group_key_alias_is_accepted_with_a_warning():
+    with pytest.warns(
+        DeprecationWarning, match="'country_phase' is deprecated; use 'country_stage'"
+    ):
+        cfg = PipelineConfig.model_validate(
+            {"game": "diplomacy", "train": {"group_key": "country_phase"}}
+        )
+    assert cfg.group_key == "country_stage"
 
 
 # ---- train_backend: verl ------------------------------------------------------------------

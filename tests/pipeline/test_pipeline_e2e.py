@@ -28,7 +28,7 @@ def tiny_config(tmp_path, model: str) -> PipelineConfig:
             "device": "cpu",
             "game_init": {"num_train": 4, "num_val": 1},
             "rollout": {"games_per_init": 2, "sampling": {"max_new_tokens": 8}},
-            "eval": {"sampling": {"temperature": 0.0, "max_new_tokens": 8}},
+            "eval": {"rollout": {"sampling": {"temperature": 0.0, "max_new_tokens": 8}}},
             "storage": {"root": f"s3://sparring/e2e-{tag}"},
             "tracking": {
                 "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",

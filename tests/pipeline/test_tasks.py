@@ -127,12 +127,19 @@ def test_diplomacy_runs_through_every_pipeline_step(tiny_model_dir, tmp_path):
         {
             "game": {"name": "diplomacy", "params": {"horizon": 1, "press": False}},
             "games_per_iteration": 4,
-            "group_key": "country",
             "device": "cpu",
             "game_init": {"num_train": 2, "num_val": 1},
             "rollout": {"games_per_init": 2, "sampling": {"max_new_tokens": 12}},
-            "eval": {"modes": ["selfplay", "vs_scripted"], "sampling": {"max_new_tokens": 12}},
-            "train": {"lr": 1e-4, "mini_batch_size": 28, "micro_batch_size": 14},
+            "eval": {
+                "modes": ["selfplay", "vs_scripted"],
+                "rollout": {"sampling": {"max_new_tokens": 12}},
+            },
+            "train": {
+                "group_key": "country",
+                "lr": 1e-4,
+                "mini_batch_size": 28,
+                "micro_batch_size": 14,
+            },
             "storage": {"root": (tmp_path / "store").as_uri()},
             "tracking": {
                 "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
@@ -146,7 +153,7 @@ def test_diplomacy_runs_through_every_pipeline_step(tiny_model_dir, tmp_path):
     assert stats["rollout/games"] == 4
     assert stats["rollout/country/FRANCE/episodes"] == 4  # self-play: every country, every game
     metrics = tasks.train(
-        cfg, str(tiny_model_dir), str(tmp_path / "ro/samples.parquet"), tmp_path / "m1", "country"
+        cfg, str(tiny_model_dir), str(tmp_path / "ro/samples.parquet"), tmp_path / "m1"
     )
     groups = metrics["train/country/num_groups"]  # a power with no units left writes no sample
     assert groups == 7
@@ -197,11 +204,11 @@ def test_diplomacy_opponent_mix_follows_and_carries_the_schedule(tiny_model_dir,
     roles = games[0]["roles"]
     for row in plan:  # both plays of each state are seated as planned
         seats = [
-            "policy" if row["mode"] == "selfplay" or r == row["learner_country"] else "hold"
+            "policy" if row["mode"] == "selfplay" or r == row["learner_role"] else "hold"
             for r in roles
         ]
         assert [g["seat_policies"] for g in games if g["init_id"] == row["init_id"]] == [seats] * 2
-    country = next(row["learner_country"] for row in plan if row["mode"] == "vs_pool")
+    country = next(row["learner_role"] for row in plan if row["mode"] == "vs_pool")
     assert stats[f"difficulty/{country}"] == 1.0  # up from `hold` to `random-legal`
     saved = json.loads((tmp_path / "ro0/schedule.json").read_text())
     assert saved["levels"] == {country: 1} and saved["history"][0]["iteration"] == 0
@@ -221,7 +228,7 @@ def test_diplomacy_opponent_mix_follows_and_carries_the_schedule(tiny_model_dir,
     assert carried["history"][: len(saved["history"])] == saved["history"]
     assert carried["history"][-1]["iteration"] == 1 and again[f"difficulty/{country}"] >= 1.0
     (mixed,) = [r for r in read_jsonl(tmp_path / "ro1/seat_plan.jsonl") if r["mode"] == "vs_pool"]
-    assert mixed["level"] == saved["levels"].get(mixed["learner_country"], 0)
+    assert mixed["level"] == saved["levels"].get(mixed["learner_role"], 0)
     # no schedule given (a campaign block's first rollout): the one stored by iteration 1
     tasks.rollout(cfg, str(tiny_model_dir), train, 2, 4, tmp_path / "ro2", "r")
     resumed = json.loads((tmp_path / "ro2/schedule.json").read_text())

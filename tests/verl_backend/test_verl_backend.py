@@ -12,21 +12,17 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import numpy as np
 import pytest
-import torch
 from omegaconf import OmegaConf
 from transformers import AutoTokenizer
 from verl.experimental.agent_loop.agent_loop import DictConfigWrap, _agent_loop_registry
-from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, get_adv_estimator_fn
 from verl.workers.rollout.replica import TokenOutput
 
 from sparring.game_init import GameInitConfig, generate_inits
-from sparring.games import make_game
+from sparring.games import GameSpec, make_game
 from sparring.generation.base import SamplingParams
 from sparring.generation.hf import HFBackend
 from sparring.samples import TokenTrace
-from sparring.verl_backend.advantage import ESTIMATOR, group_of, tag_uid
 from sparring.verl_backend.agent_loop import (
     AGENT_NAME,
     SeatTrace,
@@ -85,7 +81,7 @@ def rows():
     import json
 
     return selfplay_rows(
-        [(r.init_id, json.loads(r.state)) for r in train.itertuples()], "matching", GAME_PARAMS
+        [(r.init_id, json.loads(r.state)) for r in train.itertuples()], GameSpec(params=GAME_PARAMS)
     )
 
 
@@ -193,55 +189,21 @@ def test_rows_are_state_by_seat_and_replay_the_prompt(rows, tmp_path):
     with pytest.raises(ValueError, match="no `country` group key"):
         selfplay_rows(
             [("s", __import__("json").loads(rows.extra_info[0]["state"]))],
-            "matching",
-            GAME_PARAMS,
+            GameSpec(params=GAME_PARAMS),
             group_key="country",
         )
 
 
 # ---- the registered estimator -------------------------------------------------------------
-def test_sparring_grpo_groups_by_tag_against_hand_computation():
-    fn = get_adv_estimator_fn(ESTIMATOR)
-    # rows: FRANCE scores 1.0, 0.0, 0.5 (from 3 different states); ENGLAND alone 0.9
-    uids = np.array(
-        [
-            tag_uid("FRANCE", "u1"),
-            tag_uid("FRANCE", "u2"),
-            tag_uid("FRANCE", "u3"),
-            tag_uid("ENGLAND", "u4"),
-        ],
-        dtype=object,
-    )
-    rewards = torch.zeros(4, 3)
-    rewards[0, 1], rewards[1, 2], rewards[2, 0], rewards[3, 2] = 1.0, 0.0, 0.5, 0.9
-    mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 1]], dtype=torch.float32)
-    adv, ret = fn(token_level_rewards=rewards, response_mask=mask, index=uids, config=None)
-    # FRANCE: mean 0.5, unbiased std sqrt(((.5)^2+(.5)^2+0)/2) = 0.5 -> (1, -1, 0); ENGLAND: 0
-    expect = torch.tensor([1.0, -1.0, 0.0, 0.0])[:, None] * mask
-    torch.testing.assert_close(adv, expect, atol=1e-4, rtol=0)
-    torch.testing.assert_close(ret, adv)
-    # Untagged uids: stock GRPO by uid (the same numbers as verl's function on >1 groups).
-    plain = np.array(["a", "a", "b", "b"], dtype=object)
-    want, _ = compute_grpo_outcome_advantage(rewards, mask, plain)
-    got, _ = fn(
-        token_level_rewards=rewards,
-        response_mask=mask,
-        index=plain,
-        config=OmegaConf.create({"norm_adv_by_std_in_grpo": False}),
-    )
-    # a: scores (1.0, 0.0), mean 0.5 -> (0.5, -0.5); b: (0.5, 0.9), mean 0.7 -> (-0.2, 0.2)
-    torch.testing.assert_close(got, torch.tensor([0.5, -0.5, -0.2, 0.2])[:, None] * mask)
-    assert not torch.equal(got, want)  # Dr.GRPO (no std) differs from the normalized default
-    assert group_of("FRANCE|x|y") == "FRANCE" and group_of("plain") == "plain"
-    with pytest.raises(ValueError, match="must not contain"):
-        tag_uid("A|B", "u")
+def test_custom_group_keys_are_rejected_with_the_fix():
+    with pytest.raises(ValueError, match="groups by init_seat only"):
+        VerlConfig(group_key="role")
 
 
-# ---- the launch command -------------------------------------------------------------------
 def test_overrides_compose_with_verls_own_config(tmp_path):
     from hydra import compose, initialize_config_dir
 
-    cfg = VerlConfig(n_gpus_per_node=4, tp_size=2, rollout_n=6, kl_coef=0.01, group_key="country")
+    cfg = VerlConfig(n_gpus_per_node=4, tp_size=2, rollout_n=6, kl_coef=0.01)
     loops = write_agent_loop_config(tmp_path / "loops.yaml", cfg)
     args = verl_overrides(
         cfg, "/models/m", "/d/train.parquet", "/d/val.parquet", str(tmp_path / "out"), str(loops)
@@ -249,7 +211,7 @@ def test_overrides_compose_with_verls_own_config(tmp_path):
     with initialize_config_dir(config_dir=str(VERL_CONFIG_DIR), version_base=None):
         composed = compose(config_name="ppo_trainer", overrides=args)
     r = composed.actor_rollout_ref.rollout
-    assert composed.algorithm.adv_estimator == ESTIMATOR
+    assert composed.algorithm.adv_estimator == "grpo"
     assert (r.name, r.n, r.tensor_model_parallel_size, r.multi_turn.enable) == (
         "sglang",
         6,
@@ -261,8 +223,6 @@ def test_overrides_compose_with_verls_own_config(tmp_path):
     assert composed.actor_rollout_ref.actor.kl_loss_type == "low_var_kl"
     assert composed.trainer.default_local_dir == str(tmp_path / "out" / "ckpt")
     assert composed.trainer.resume_mode == "auto" and composed.trainer.save_freq == 10
-    hook = composed.ray_kwargs.ray_init.runtime_env.worker_process_setup_hook
-    assert hook == "sparring.verl_backend.advantage.setup_worker"
     assert r.prompt_length == 1024 and r.response_length == 4096  # interpolated from data.*
     # A typo'd key is rejected by verl's schema, so the test above really checks the keys.
     with initialize_config_dir(config_dir=str(VERL_CONFIG_DIR), version_base=None):
@@ -271,7 +231,6 @@ def test_overrides_compose_with_verls_own_config(tmp_path):
                 config_name="ppo_trainer",
                 overrides=["actor_rollout_ref.rollout.multi_turns.enable=True"],
             )
-    assert "algorithm.adv_estimator=grpo" in verl_overrides(VerlConfig(), "m", "t", "v", "o", "l")
 
 
 def test_verl_config_validation():

@@ -65,7 +65,8 @@ def test_orders_given_are_the_orders_processed_and_illegal_ones_hold():
         assert sorted(processed[power]) == sorted(actions[seat]["orders"])
     assert actions[FRANCE]["invalid"] == ["A PAR - MOS", "F BRE - PAR", "A MUN - BUR"]
     assert sorted(actions[FRANCE]["orders"]) == ["A MAR H", "A PAR H", "F BRE H"]
-    assert game.stats.invalid_actions[FRANCE] == 3
+    assert game.stats.invalid_actions[FRANCE] == 1  # one turn with invalid orders
+    assert game.power_stats[FRANCE].invalid_orders == 3
     assert game.power_stats[FRANCE].invalid_orders == 3
     assert "Invalid orders ignored: A PAR - MOS" in game.messages(FRANCE)[-1]["content"]
 

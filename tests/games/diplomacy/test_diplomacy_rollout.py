@@ -60,7 +60,7 @@ def test_learner_against_bots_and_a_checkpoint_via_the_seat_plan(inits, tiny_mod
     previous = CountingBackend(str(tiny_model_dir), device="cpu")
     schedule = DifficultySchedule(DifficultyConfig(pool=["greedy", "previous"]))
     plan, rows = plan_seats(len(inits), ROLES, schedule, seed=1)
-    schedule.levels[rows[1]["learner_country"]] = 1  # the second state's country is harder
+    schedule.levels[rows[1]["learner_role"]] = 1  # the second state's country is harder
     plan, rows = plan_seats(len(inits), ROLES, schedule, seed=1)
     assert [r["opponent"] for r in rows] == ["greedy", "previous"]
     policies = {
@@ -74,10 +74,10 @@ def test_learner_against_bots_and_a_checkpoint_via_the_seat_plan(inits, tiny_mod
     learner_rows = [r for r in res.samples if r["policy"] == "policy"]
     assert len(learner_rows) == 4
     for row in learner_rows:
-        assert row["country"] == rows[int(row["init_id"] == "d4")]["learner_country"]
+        assert row["country"] == rows[int(row["init_id"] == "d4")]["learner_role"]
         assert row["country_stage"].startswith(row["country"] + "/")
     rewards = learner_rewards(res.episodes)
-    assert sorted(rewards) == sorted({r["learner_country"] for r in rows})
+    assert sorted(rewards) == sorted({r["learner_role"] for r in rows})
     assert sum(len(v) for v in rewards.values()) == 4
     # the rollout's stats (logged to MLflow per iteration) hold the learner's countries only
     stats = rollout_stats(res)

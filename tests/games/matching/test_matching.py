@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparring.games import make_game
-from sparring.games.matching import best_assignment, generate_state
+from sparring.games.matching.table import best_assignment, generate_state
 
 
 def new_game(k: int = 4, seed: int = 0, **params):
