@@ -40,12 +40,6 @@ def executors_of(spec: dict, prefix: str) -> list[str]:
     return [spec["components"][c]["executorLabel"] for c in names if c.startswith(f"comp-{prefix}")]
 
 
-@pytest.mark.parametrize("path", sorted(CONFIG_DIR.glob("pipeline*.yaml")), ids=lambda p: p.name)
-def test_shipped_configs_validate(path):
-    cfg = PipelineConfig.from_yaml(path)
-    cfg.grpo_config(), cfg.sft_config()
-
-
 def test_gpu_pipeline(gpu_yaml):
     cfg = PipelineConfig.from_yaml(GPU_CONFIG)
     k8s = cfg.kubernetes
