@@ -18,7 +18,10 @@ from sparring.games import DEFAULT_GAME, GAMES
 @click.option("--game", type=click.Choice(sorted(GAMES)), help=f"Game (default: {DEFAULT_GAME}).")
 @click.option("--limit", type=int, help="Use only the first N initial states.")
 @click.option("--games-per-init", type=int, help="Plays per initial state (GRPO group size).")
-@click.option("--seats", help="Comma-separated policy per seat, e.g. policy,matching-scripted.")
+@click.option(
+    "--seats",
+    help="Comma-separated policy per seat: `policy` or one of the game's scripted agents.",
+)
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="Game parameter.")
 @click.option("--temperature", type=float, help="Sampling temperature (0 = greedy).")
 @click.option("--max-new-tokens", type=int, help="Tokens per turn.")
