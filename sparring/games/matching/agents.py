@@ -6,8 +6,8 @@ Strategy, one seat's point of view:
    cells both have seen, else the ratio of means), fill unknown cells with its mean value.
 3. Propose the Hungarian assignment over the merged table once it has heard the partner.
 4. Accept a proposal worth >= `accept_ratio` of its own best plan on the merged table;
-   otherwise reject. After a rejection the proposer shares everything it knows, and the
-   partner proposes next.
+   otherwise reject. After a reject (the rejecting seat keeps the turn, as in dialop) each
+   seat shares everything it knows before proposing again, so the next plan uses both views.
 It only reads its own view (`state["views"][seat]`) and its own chat.
 """
 
@@ -20,8 +20,6 @@ import numpy as np
 from sparring.games.matching.game import MatchingGame
 from sparring.games.matching.parse import match_name
 from sparring.games.matching.table import best_assignment
-
-CELL_RE = re.compile(r"([A-Za-z][\w]*)\s+([A-Za-z][\w]*)\s*[:=]?\s*(\d+)")
 
 
 class ScriptedMatchingAgent:
@@ -45,13 +43,17 @@ class ScriptedMatchingAgent:
             _, best = best_assignment(merged)
             value = merged[np.arange(len(pending)), pending].sum()
             return "[accept]" if value >= self.accept_ratio * best else "[reject]"
-        sent = sum(1 for m in chat if m["role"] == "assistant" and "[message]" in m["content"])
-        rejected = "Partner: [reject]" in last
-        if heard and not rejected:
+        mine = [
+            m["content"] for m in chat if m["role"] == "assistant" and "[message]" in m["content"]
+        ]
+        cell = _cell_re(state)
+        shared_all = any(len(cell.findall(m)) >= (~np.isnan(own)).sum() for m in mine)
+        rejected = "You rejected the proposal" in last or "Partner: [reject]" in last
+        if heard and not (rejected and not shared_all):
             cols, _ = best_assignment(merged)
             return game.render_proposal(cols)
         # Share the top cells first, then everything once a plan was rejected.
-        limit = None if rejected or sent else (self.max_share or 2 * state["k"])
+        limit = None if rejected or mine else (self.max_share or 2 * state["k"])
         return self._share(own, state, limit)
 
     @staticmethod
@@ -75,13 +77,14 @@ class ScriptedMatchingAgent:
     def _heard_cells(chat: list[dict[str, str]], state: dict) -> dict[tuple[int, int], float]:
         """Cells the partner shared, parsed from `Partner: [message] ...` lines."""
         heard: dict[tuple[int, int], float] = {}
+        cell = _cell_re(state)
         for m in chat:
             if m["role"] != "user":
                 continue
             for line in m["content"].splitlines():
                 if not line.startswith("Partner: [message]"):
                     continue
-                for r, p, v in CELL_RE.findall(line):
+                for r, p, v in cell.findall(line):
                     rn, pn = match_name(r, state["reviewers"]), match_name(p, state["papers"])
                     if rn and pn:
                         heard[(state["reviewers"].index(rn), state["papers"].index(pn))] = float(v)
@@ -102,6 +105,13 @@ class ScriptedMatchingAgent:
             if np.isnan(merged[r, p]):
                 merged[r, p] = v * ratio
         return np.where(np.isnan(merged), mean_own, merged)
+
+
+def _cell_re(state: dict) -> re.Pattern[str]:
+    """`Reviewer Paper value` for this game's names (names may hold spaces)."""
+    reviewers = "|".join(re.escape(n) for n in state["reviewers"])
+    papers = "|".join(re.escape(n) for n in state["papers"])
+    return re.compile(rf"({reviewers})\s+({papers})\s*[:=]?\s*(\d+)", re.IGNORECASE)
 
 
 def _pending_proposal(last_user: str, state: dict) -> list[int] | None:

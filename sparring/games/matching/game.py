@@ -1,29 +1,94 @@
 """The matching game: dialop's reviewer-paper "optimization" game, for two cooperating seats.
 
-Rules (from dialop, see DESIGN.md):
-- A hidden k x k table of reviewer-paper affinities, values randint(0, 100).
+Rules (from dialop's code, see docs/games.md):
+- A hidden k x k table of reviewer-paper affinities, values randint(0, 100) = 0..99.
 - Each seat sees each cell independently with probability `p_visible` (0.4). A cell hidden
   from both seats is set to 50. Each seat's visible numbers are multiplied by a private scale
   ~U(1, 10) and truncated to int, so raw numbers can't be compared across seats.
 - "Hard" tables only: resample while either seat's best assignment from its own knowledge
   (unknown cells = 50) already reaches best / `hard_ratio`.
-- Seats alternate turns. The last tag in a turn is the action:
-  `[message] text`, `[propose]` + exactly k `reviewer: paper` lines, `[accept]`, `[reject]`.
-  After a proposal the partner must accept or reject. Accept ends the game; reject clears it.
+- Seats alternate turns. The action is the last line that opens with a tag (reasoning may come
+  before it; a tag inside prose is not an action): `[message] text`, `[propose]` + exactly k
+  `reviewer: paper` lines, `[accept]`, `[reject]`. After a proposal the partner must accept
+  or reject. Accept ends the game; reject clears the proposal and the rejecting seat keeps the
+  turn (as in dialop).
 - Reward, shared by both seats: true value of the accepted assignment / best assignment value
   (Hungarian, via scipy). No deal within `max_turns` turns gives 0. Optional shaping:
   `invalid_penalty` (default 0, as in dialop) is subtracted per invalid action of that seat.
-- A bad action is shown to the actor only, who retries; after `max_retries` retries the turn is
-  forfeited (a forfeited turn with a pending proposal counts as a reject).
+- A bad action (or a turn over `max_chars` characters) is shown to the actor only, who retries;
+  after `max_retries` retries the turn is forfeited (a forfeited turn with a pending proposal
+  counts as a reject). With `count_tries` every try counts toward `max_turns`, as in dialop.
+- `preset: dialop` plays dialop's setting (`PRESETS`); other parameters given with it override it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sparring.games.base import Game, GameStats, StepResult, TurnRecord
 from sparring.games.matching.parse import parse_action
+from sparring.games.matching.prompt import system_prompt
 from sparring.games.matching.table import generate_state
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "dialop": {
+        "k": 8,
+        "names": "dialop",
+        "random_names": False,
+        "p_visible": 0.4,
+        "hard_ratio": 1.25,
+        "max_turns": 30,
+        "count_tries": True,
+        "max_retries": 30,
+        "mention_scale": False,
+    }
+}
+"""Named parameter sets. `dialop`: k=8, dialop's fixed names, a 30-turn cap that counts every
+try (dialop's evaluation loop; a bad try never forfeits before the cap), and the information
+dialop's LLM prompt gives (its own scaled table; the private scale is not mentioned)."""
+
+
+class MatchingConfig(BaseModel):
+    """Rule parameters of the matching game (the `game.params` of a run)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    preset: Literal["dialop"] | None = None
+    """A named parameter set (`PRESETS`); parameters given with it override it."""
+    k: int = Field(8, ge=2)
+    """Reviewers = papers."""
+    p_visible: float = Field(0.4, gt=0.0, le=1.0)
+    """Chance that a seat sees a cell."""
+    hard_ratio: float | None = 1.25
+    """Keep tables where neither seat alone reaches best / hard_ratio (None: any table)."""
+    max_turns: int = Field(30, ge=2)
+    """Turn cap: no deal by then gives 0."""
+    max_retries: int = Field(2, ge=0)
+    """Retries after a bad action before the turn is forfeited."""
+    count_tries: bool = False
+    """Every try, bad ones included, counts toward `max_turns` (dialop's loop)."""
+    names: Literal["pool", "dialop"] = "pool"
+    """Name set: 16 short names each ("pool") or dialop's 8 fixed reviewers and papers."""
+    random_names: bool = True
+    """Draw k names from the set per game; False = its first k, in order."""
+    mention_scale: bool = True
+    """Tell the players that each one's scores carry a private scale factor."""
+    max_chars: int | None = Field(2000, ge=1)
+    """A longer turn is refused (an invalid action) before parsing."""
+    invalid_penalty: float = Field(0.0, ge=0.0)
+    """Subtracted from a seat's reward per invalid action (shaping; 0 in dialop)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset(cls, params: Any) -> Any:
+        if isinstance(params, dict) and params.get("preset") is not None:
+            name = params["preset"]
+            if name not in PRESETS:
+                raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+            return {**PRESETS[name], **params}
+        return params
 
 
 class MatchingGame(Game):
@@ -34,29 +99,16 @@ class MatchingGame(Game):
     agents = {"matching-scripted": "sparring.games.matching.agents:ScriptedMatchingAgent"}
     default_opponent = "matching-scripted"
 
-    def __init__(
-        self,
-        k: int = 8,
-        p_visible: float = 0.4,
-        hard_ratio: float | None = 1.25,
-        max_turns: int = 30,
-        max_retries: int = 2,
-        random_names: bool = True,
-        invalid_penalty: float = 0.0,
-    ) -> None:
-        if max_turns < 2 or max_retries < 0:
-            raise ValueError("max_turns must be >= 2 and max_retries >= 0")
-        if invalid_penalty < 0:
-            raise ValueError(f"invalid_penalty must be >= 0, got {invalid_penalty}")
-        self.invalid_penalty = invalid_penalty
-        self.k, self.p_visible, self.hard_ratio = k, p_visible, hard_ratio
-        self.random_names = random_names
-        self.max_turns, self.max_retries = max_turns, max_retries
+    def __init__(self, **params: Any) -> None:
+        self.cfg = cfg = MatchingConfig(**params)
+        self.k, self.max_turns, self.max_retries = cfg.k, cfg.max_turns, cfg.max_retries
+        self.invalid_penalty = cfg.invalid_penalty
         self.state: dict[str, Any] | None = None
 
     def generate_state(self, seed: int) -> dict[str, Any]:
+        c = self.cfg
         return generate_state(
-            seed, self.k, self.p_visible, self.hard_ratio, random_names=self.random_names
+            seed, c.k, c.p_visible, c.hard_ratio, random_names=c.random_names, names=c.names
         )
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -108,7 +160,7 @@ class MatchingGame(Game):
             return self._reject_action(seat, text, action, error)
         self._apply(seat, action)
         self._transcript.append(TurnRecord(self._turn, seat, text, True, action=action))
-        self._end_turn()
+        self._end_turn(keep_seat=action["type"] == "reject")
         return StepResult(ok=True, action=action)
 
     def _reject_action(self, seat: int, text: str, action: dict | None, error: str) -> StepResult:
@@ -116,6 +168,9 @@ class MatchingGame(Game):
         self._retries += 1
         forfeited = self._retries > self.max_retries
         self._transcript.append(TurnRecord(self._turn, seat, text, False, error, action, forfeited))
+        if self.cfg.count_tries and not forfeited:  # the try uses up a turn of the cap
+            self._turn += 1
+            self._done = self._turn >= self.max_turns
         if not forfeited:
             left = self.max_retries - self._retries + 1
             self._tell(seat, f"Error: {error}. Try again ({left} tries left).")
@@ -130,10 +185,11 @@ class MatchingGame(Game):
         self._end_turn()
         return StepResult(ok=False, error=error, action=action, forfeited=True)
 
-    def _end_turn(self) -> None:
+    def _end_turn(self, keep_seat: bool = False) -> None:
         self._turn += 1
         self._retries = 0
-        self._seat = 1 - self._seat
+        if not keep_seat:
+            self._seat = 1 - self._seat
         if self._accepted is not None or self._turn >= self.max_turns:
             self._done = True
 
@@ -156,13 +212,15 @@ class MatchingGame(Game):
             self._tell(other, "Partner: " + self.render_proposal(self._proposal))
         elif kind == "accept":
             self._accepted, self._proposal = self._proposal, None
-        else:  # reject
+        else:  # reject: the rejecting seat keeps the turn
             self._proposal = None
             self._tell(other, "Partner: [reject]")
+            self._tell(seat, "You rejected the proposal. It is still your turn.")
 
     def parse(self, text: str) -> tuple[dict[str, Any] | None, str | None]:
         """Parse raw model text into an action. Returns (action, None) or (partial, error)."""
-        return parse_action(text, self.state["reviewers"], self.state["papers"])
+        st = self.state
+        return parse_action(text, st["reviewers"], st["papers"], self.cfg.max_chars)
 
     # ---- helpers ---------------------------------------------------------------------------
     def proposal_value(self, cols: list[int]) -> float:
@@ -176,19 +234,4 @@ class MatchingGame(Game):
         return "[propose]\n" + "\n".join(f"{r}: {p}" for r, p in self._named(cols).items())
 
     def _system_prompt(self, seat: int) -> str:
-        st = self.state
-        view = st["views"][seat]
-        width = max(len(p) for p in st["papers"]) + 1
-        head = " " * 6 + "".join(p.rjust(width) for p in st["papers"])
-        rows = [
-            r.ljust(6) + "".join(("?" if v is None else str(v)).rjust(width) for v in view[i])
-            for i, r in enumerate(st["reviewers"])
-        ]
-        return (
-            f"You and a partner assign {self.k} reviewers to {self.k} papers, one paper each, "
-            "to maximize the total score. You each see different scores, scaled by a private "
-            "factor; ? means you cannot see it. Share what you know and agree on a plan.\n"
-            "Your scores:\n" + head + "\n" + "\n".join(rows) + "\n"
-            "End each turn with one action: [message] text, [propose] then one "
-            "'reviewer: paper' line per reviewer, [accept], or [reject]."
-        )
+        return system_prompt(self.state, seat, self.cfg.mention_scale)

@@ -44,6 +44,23 @@ PAPERS = (
     "DQN",
     "CLIP",
 )
+DIALOP_REVIEWERS = (
+    "Ava Li",
+    "Daniel Nguyen",
+    "Sofia Patel",
+    "Andrei Petrov",
+    "Morgan Reed",
+    "Joseph Santos",
+    "Ethan Smith",
+    "Noah Wilson",
+)
+"""dialop's eight reviewers, fixed in every game (its `WORKERS`)."""
+DIALOP_PAPERS = ("BLEU", "Electra", "GloVe", "GLUE", "LLaMA", "RoBERTa", "QuAC", "SWAG")
+"""dialop's eight papers by their short titles, fixed in every game (its `TASKS_SHORT`)."""
+NAME_SETS = {"pool": (REVIEWERS, PAPERS), "dialop": (DIALOP_REVIEWERS, DIALOP_PAPERS)}
+"""`names` parameter -> (reviewers, papers) to draw from."""
+MAX_VALUE = 100
+"""Cell values are randint(0, MAX_VALUE): 0..99, as dialop's `np.random.randint(0, 100)`."""
 
 
 def best_assignment(values: np.ndarray) -> tuple[list[int], float]:
@@ -59,21 +76,26 @@ def generate_state(
     hard_ratio: float | None = 1.25,
     max_tries: int = 20000,
     random_names: bool = True,
+    names: str = "pool",
 ) -> dict[str, Any]:
     """A seeded, JSON-serialisable initial state. The same arguments always give the same state.
 
-    `random_names=False` always uses the first k reviewer and paper names, in order (the table
-    is unchanged): an easier variant for CPU learning curves, where a tiny model can't yet copy
-    names from its table.
+    `names` picks the name set (`NAME_SETS`): "pool" (16 short names each) or "dialop" (dialop's
+    8 fixed reviewers and papers, k <= 8). `random_names=False` always uses the first k names of
+    the set, in order (the table is unchanged): dialop's setting, and an easier variant for CPU
+    learning curves, where a tiny model can't yet copy names from its table.
 
     Like dialop, if no hard table turns up in `max_tries` draws the last one is kept and the
     state says `"hard": False` (at k=8 a hard table takes ~6000 draws, ~0.3 s).
     """
-    if not 2 <= k <= len(REVIEWERS):
-        raise ValueError(f"k must be in [2, {len(REVIEWERS)}], got {k}")
+    if names not in NAME_SETS:
+        raise ValueError(f"unknown names {names!r}; choose one of {sorted(NAME_SETS)}")
+    reviewers, papers = NAME_SETS[names]
+    if not 2 <= k <= len(reviewers):
+        raise ValueError(f"k must be in [2, {len(reviewers)}] with names={names!r}, got {k}")
     rng = np.random.default_rng(seed)
     for attempt in range(1, max_tries + 1):  # noqa: B007 - reported in the state
-        table = rng.integers(0, 101, size=(k, k))
+        table = rng.integers(0, MAX_VALUE, size=(k, k))
         visible = rng.random((2, k, k)) < p_visible  # (seat, reviewer, paper)
         table[~visible[0] & ~visible[1]] = 50
         scales = rng.uniform(1.0, 10.0, size=2)
@@ -86,9 +108,9 @@ def generate_state(
         hard = hard_ratio is None or max(own) < best / hard_ratio
         if hard:
             break
-    names = rng.permutation(len(REVIEWERS))[:k], rng.permutation(len(PAPERS))[:k]
+    picked = rng.permutation(len(reviewers))[:k], rng.permutation(len(papers))[:k]
     if not random_names:
-        names = np.arange(k), np.arange(k)
+        picked = np.arange(k), np.arange(k)
     views = [
         [
             [int(table[r, p] * scales[s]) if visible[s, r, p] else None for p in range(k)]
@@ -99,8 +121,8 @@ def generate_state(
     return {
         "seed": int(seed),
         "k": k,
-        "reviewers": [REVIEWERS[i] for i in names[0]],
-        "papers": [PAPERS[i] for i in names[1]],
+        "reviewers": [reviewers[i] for i in picked[0]],
+        "papers": [papers[i] for i in picked[1]],
         "table": table.tolist(),
         "views": views,
         "scales": scales.tolist(),

@@ -98,15 +98,18 @@ def test_turns_alternate_and_wrong_seat_is_rejected():
     assert game.messages(1)[-1]["content"].endswith("Partner: [message] hello")
 
 
-def test_reject_clears_the_proposal_and_pending_proposal_must_be_answered():
+def test_reject_clears_the_proposal_and_the_rejecting_seat_keeps_the_turn():
     game = new_game()
     game.step(0, proposal_text(game, [0, 1, 2, 3]))
     res = game.step(1, "[message] wait")
     assert not res.ok and "accept" in res.error
     assert game.step(1, "[reject]").ok
-    assert game.current_seat == 0
-    res = game.step(0, "[accept]")
+    assert game.current_seat == 1 and game.num_turns == 2  # dialop: the rejecter moves again
+    assert game.messages(0)[-1]["content"].endswith("Partner: [reject]")
+    assert "still your turn" in game.messages(1)[-1]["content"]
+    res = game.step(1, "[accept]")
     assert not res.ok and "no proposal" in res.error
+    assert game.step(1, "[message] Cole is strong on BLEU").ok and game.current_seat == 0
 
 
 def test_accept_without_proposal_is_an_error_shown_only_to_the_actor():
@@ -135,10 +138,99 @@ def test_turn_cap_ends_with_zero_reward():
     assert game.done and game.rewards == [0.0, 0.0] and game.num_turns == 6
 
 
-def test_last_tag_wins_and_free_reasoning_is_allowed():
+def test_the_last_line_opening_with_a_tag_is_the_action_and_reasoning_is_allowed():
     game = new_game()
-    action, err = game.parse("Let me think. [propose] no wait. [message] I see Ava 30")
+    action, err = game.parse("Let me think. [propose] no wait.\n[message] I see Ava 30")
     assert err is None and action == {"type": "message", "text": "I see Ava 30"}
+    action, err = game.parse("Thinking...\n- **[accept]**")  # list marker and bold
+    assert err is None and action == {"type": "accept"}
+
+
+def test_a_tag_inside_prose_is_never_the_action():
+    game = new_game(k=3, seed=4)
+    r, p = game.state["reviewers"], game.state["papers"]
+    # Reproduced bug: the last tag anywhere used to turn this reject into an accept.
+    assert game.parse(f"[reject] No. I'd only [accept] if you move {r[2]}.") == (
+        {"type": "reject"},
+        None,
+    )
+    plan = "\n".join(f"{r[i]}: {p[i]}" for i in range(3))
+    action, err = game.parse(f"[propose]\n{plan}\nor else I just [reject]")
+    assert err is None and action["type"] == "propose"
+    assert game.parse("I would [accept] that")[1].startswith("no action line")
+    # In play: the reject stands and the game goes on.
+    game.step(0, f"[propose]\n{plan}")
+    assert game.step(1, f"[reject] No. I'd only [accept] if you move {r[2]}.").ok
+    assert not game.done and game.current_seat == 1
+
+
+def test_pathological_input_parses_in_linear_time_and_long_turns_are_refused():
+    import time
+
+    game = new_game(k=8, max_chars=None)
+    r = game.state["reviewers"]
+    for text in ["[propose]\n" + " " * 8000 + "x", "[propose]\n" + f"{r[0]}" + " " * 20000 + ":"]:
+        start = time.perf_counter()
+        assert game.parse(text)[1]
+        assert time.perf_counter() - start < 0.2
+    capped = new_game(k=3, max_chars=50)
+    res = capped.step(0, "[message] " + "x" * 60)
+    assert not res.ok and "70 characters long; the limit is 50" in res.error
+    assert capped.step(0, "[message] short").ok
+
+
+def test_values_run_from_0_to_99():
+    values = np.concatenate(
+        [np.ravel(generate_state(s, k=8, hard_ratio=None)["table"]) for s in range(200)]
+    )
+    assert values.min() == 0 and values.max() == 99
+
+
+def test_dialop_preset_plays_dialops_setting():
+    game = make_game("matching", preset="dialop")
+    state = game.generate_state(3)
+    assert state["k"] == 8 and state["hard"]
+    assert state["reviewers"] == [
+        "Ava Li",
+        "Daniel Nguyen",
+        "Sofia Patel",
+        "Andrei Petrov",
+        "Morgan Reed",
+        "Joseph Santos",
+        "Ethan Smith",
+        "Noah Wilson",
+    ]
+    assert state["papers"] == [
+        "BLEU",
+        "Electra",
+        "GloVe",
+        "GLUE",
+        "LLaMA",
+        "RoBERTa",
+        "QuAC",
+        "SWAG",
+    ]  # fixed in every game
+    assert game.generate_state(4)["reviewers"] == state["reviewers"]
+    game.reset(state)
+    prompt = game.messages(0)[0]["content"]
+    assert "scale" not in prompt and "Ava Li" in prompt and "SWAG" in prompt
+    assert "scaled by a private factor" in new_game(k=3).messages(0)[0]["content"]
+    # every try, a bad one included, counts toward the 30-turn cap; none forfeits the turn
+    for _ in range(30):
+        res = game.step(0, "no action here")
+        assert not res.forfeited
+    assert game.done and game.num_turns == 0 and game.rewards == [0.0, 0.0]
+    # multi-word names parse; explicit parameters override the preset
+    cols = state["best_assignment"]
+    game.reset(state)
+    plan = "\n".join(
+        f"- {state['reviewers'][i]} -> {state['papers'][c]}" for i, c in enumerate(cols)
+    )
+    assert game.step(0, f"[propose]\n{plan}").ok and game.step(1, "[accept]").ok
+    assert game.rewards == [1.0, 1.0]
+    assert make_game("matching", preset="dialop", max_turns=12).max_turns == 12
+    with pytest.raises(ValueError, match="preset"):
+        make_game("matching", preset="human")
 
 
 def test_proposal_parsing_is_fuzzy_but_strict_on_count_and_duplicates():
@@ -170,6 +262,10 @@ def test_proposal_parsing_is_fuzzy_but_strict_on_count_and_duplicates():
                 "[message]",
                 "[propose]\nAva: BLEU",
                 "[MESSAGE] x",
+                "I'd [accept] if you [reject] it",
+                "- **[reject]** no\n[message] but [propose] later",
+                "[propose]\nAva -> BLEU, Ben = GloVe; Cole - ELMo",
+                " " * 3000,
             ]
         ),
         min_size=1,
