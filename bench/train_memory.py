@@ -66,6 +66,7 @@ def main() -> None:
     ap.add_argument("--naive-logprobs", action="store_true", help="the pre-#17 log-prob path")
     ap.add_argument("--gradient-checkpointing", action="store_true")
     ap.add_argument("--lora-rank", type=int, default=0, help="0 = full fine-tuning")
+    ap.add_argument("--param-dtype", choices=["float32", "bfloat16"], default="float32")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -83,6 +84,8 @@ def main() -> None:
         extra["gradient_checkpointing"] = True
     if args.lora_rank:
         extra["lora_rank"] = args.lora_rank
+    if args.param_dtype != "float32":
+        extra["param_dtype"] = args.param_dtype
     Config = getattr(train_mod, "GRPOConfig", None) or train_mod.TrainConfig  # before the split
     cfg = Config(
         group_key="init",
