@@ -30,7 +30,7 @@ def evaluate(
     from sparring.pipeline import tasks
     from sparring.pipeline.config import PipelineConfig
 
-    cfg = PipelineConfig.model_validate_json(config)
+    cfg = PipelineConfig.model_validate_json(config).for_step("evaluate")
     val = f"{inits.path}/val.parquet"
     scores, page = tasks.evaluate(
         cfg, model.path, previous.path, val, evaluation.path, run_name, iteration

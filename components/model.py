@@ -36,7 +36,7 @@ def warm_start(
     from sparring.pipeline import tasks
     from sparring.pipeline.config import PipelineConfig
 
-    cfg = PipelineConfig.model_validate_json(config)
+    cfg = PipelineConfig.model_validate_json(config).for_step("warm-start")
     stats = tasks.warm_start(cfg, base.path, f"{inits.path}/train.parquet", model.path)
     for name, value in stats.items():
         metrics.log_metric(name, value)

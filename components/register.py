@@ -37,16 +37,14 @@ def register(
 
     from sparring.pipeline import tasks
     from sparring.pipeline.config import PipelineConfig
+    from sparring.tracking import numeric
 
-    metrics = {**rollout_metrics.metadata, **train_metrics.metadata, **eval_metrics.metadata}
+    # On a KFP backend, metadata also holds MLMD's string properties (display_name, …).
+    metrics = {}
+    for consumed in (rollout_metrics, train_metrics, eval_metrics):
+        metrics |= numeric(consumed.metadata)
     games = f"{samples.path}/games.jsonl"  # a rollout folder; verl-train's data folder has none
     artifacts = [games if os.path.exists(games) else samples.path, evaluation.path]
-    return tasks.register(
-        PipelineConfig.model_validate_json(config),
-        parent_run_id,
-        run_name,
-        iteration,
-        model.path,
-        metrics,
-        artifacts,
-    ).version
+    cfg = PipelineConfig.model_validate_json(config)
+    done = tasks.register(cfg, parent_run_id, run_name, iteration, model.path, metrics, artifacts)
+    return done.version

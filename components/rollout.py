@@ -40,7 +40,7 @@ def rollout(
     from sparring.pipeline import tasks
     from sparring.pipeline.config import PipelineConfig
 
-    cfg = PipelineConfig.model_validate_json(config)
+    cfg = PipelineConfig.model_validate_json(config).for_step("rollout")
     train_inits = f"{inits.path}/train.parquet"
     previous = previous_schedule.path if previous_schedule else None
     stats = tasks.rollout(

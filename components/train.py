@@ -25,7 +25,7 @@ def train(
     from sparring.pipeline import tasks
     from sparring.pipeline.config import PipelineConfig
 
-    cfg = PipelineConfig.model_validate_json(config)
+    cfg = PipelineConfig.model_validate_json(config).for_step("train")
     stats = tasks.train(
         cfg, model.path, f"{samples.path}/samples.parquet", trained.path, reference.path
     )
@@ -61,7 +61,7 @@ def train_verl(
     from sparring.pipeline.config import PipelineConfig
     from sparring.verl_backend.task import train_verl
 
-    cfg = PipelineConfig.model_validate_json(config)
+    cfg = PipelineConfig.model_validate_json(config).for_step("train-verl")
     stats = train_verl(
         cfg,
         model.path,

@@ -19,21 +19,46 @@ smallest k, whose stored checkpoint it loads. With
 
 from kfp import dsl, kubernetes
 from sparring.components import make_components
+from typing import NamedTuple
 
-from sparring.pipeline.config import KubernetesSettings, PipelineConfig
+
+from sparring.pipeline import run_params
+from sparring.pipeline.config import PURE_STEPS, KubernetesSettings, PipelineConfig
 
 S3_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 HF_HOME = "/home/sparring/.cache/huggingface"  # the runtime images' $HF_HOME
 
+CHECKSUM_ENV = ("AWS_REQUEST_CHECKSUM_CALCULATION", "AWS_RESPONSE_CHECKSUM_VALIDATION")
 
-def _every_task(task: dsl.PipelineTask, k8s: KubernetesSettings) -> dsl.PipelineTask:
-    """Caching, retries, the S3 credentials Secret (as the standard AWS variables), and the
-    optional HF_TOKEN Secret and model-cache PVC."""
-    task.set_caching_options(k8s.caching)
+class Outputs(NamedTuple):
+    """The pipeline's outputs (from the exit handler): the registered model's champion."""
+
+    champion_version: str
+    champion_score: float
+
+
+def _every_task(task: dsl.PipelineTask, step: str, cfg: PipelineConfig) -> dsl.PipelineTask:
+    """What every task gets: caching (pure steps only), retries, non-root security context,
+    resources and timeout of its step, image pull secrets, the S3 credentials Secret (as the
+    standard AWS variables), the S3 endpoint, region and checksum mode, and the optional
+    HF_TOKEN Secret and model-cache PVC."""
+    k8s, res = cfg.kubernetes, cfg.kubernetes.step_resources(step)
+    task.set_caching_options(k8s.caching and step in PURE_STEPS)
     if k8s.retries:
         task.set_retry(k8s.retries, backoff_duration="30s")
     if k8s.s3_secret:
         kubernetes.use_secret_as_env(task, k8s.s3_secret, {key: key for key in S3_KEYS})
+    kubernetes.set_security_context(
+        task, run_as_user=k8s.run_as_user, run_as_group=k8s.run_as_group, run_as_non_root=True
+    )
+    task.set_cpu_request(res.cpu).set_cpu_limit(res.cpu_limit)
+    task.set_memory_request(res.memory).set_memory_limit(res.memory_limit)
+    kubernetes.empty_dir_mount(task, "scratch", "/tmp", size_limit=res.scratch)
+    kubernetes.set_timeout(task, res.timeout_seconds)
+    if k8s.image_pull_secrets:
+        kubernetes.set_image_pull_secrets(task, k8s.image_pull_secrets)
+    for name, value in _storage_env(cfg).items():
+        task.set_env_variable(name, value)
     if k8s.hf_secret:
         kubernetes.use_secret_as_env(task, k8s.hf_secret, {"HF_TOKEN": "HF_TOKEN"})
     if k8s.model_cache_pvc:
@@ -43,6 +68,17 @@ def _every_task(task: dsl.PipelineTask, k8s: KubernetesSettings) -> dsl.Pipeline
 
 def _accelerated(task: dsl.PipelineTask, gpus: int, k8s: KubernetesSettings) -> dsl.PipelineTask:
     """GPU request, node selector, tolerations and a RAM-backed /dev/shm (NCCL, dataloaders)."""
+def _storage_env(cfg: PipelineConfig) -> dict[str, str]:
+    """The AWS variables every task gets, so that any S3 client in it (boto3 in MLflow, hub
+    libraries) reaches the configured server: endpoint, region, and checksums only when
+    required (boto3 >= 1.36 sends CRC32 checksums that many non-AWS servers reject)."""
+    env = {"AWS_DEFAULT_REGION": cfg.storage.region}
+    env |= dict.fromkeys(CHECKSUM_ENV, "when_required")
+    if cfg.storage.endpoint_url:
+        env["AWS_ENDPOINT_URL_S3"] = cfg.storage.endpoint_url
+    return env
+
+
     if not gpus:
         return task
     task.set_accelerator_type(k8s.accelerator_type).set_accelerator_limit(gpus)
@@ -66,24 +102,45 @@ def build_pipeline(cfg: PipelineConfig):
     c = make_components(k8s)
 
     def task(component, name: str, gpus: int = 0, **kwargs) -> dsl.PipelineTask:
-        return _accelerated(_every_task(component(**kwargs), k8s), gpus, k8s).set_display_name(name)
+        made = _every_task(component(**kwargs), component.name, cfg)
+        return _accelerated(made, gpus, k8s).set_display_name(name)
 
-    defaults = cfg.model_dump_json()
+    p = run_params.values(cfg)
+    compiled = run_params.compile_time(cfg)
 
-    @dsl.pipeline(
-        name=cfg.name, description="Self-play GRPO: rollout → train → evaluate → register"
-    )
     def selfplay_pipeline(
-        config: str = defaults,
-        games_per_iteration: int = cfg.games_per_iteration,
-    ):
-        job = dsl.PIPELINE_JOB_NAME_PLACEHOLDER
-        finish = task(c.finish, "finish", config=config, job_name=job)
+        config: str = cfg.model_dump_json(),
+        model: str = p["model"],
+        learning_rate: float = p["learning_rate"],
+        init_seed: int = p["init_seed"],
+        sampling_seed: int = p["sampling_seed"],
+        games_per_iteration: int = p["games_per_iteration"],
+        eval_games: int = p["eval_games"],
+        experiment: str = p["experiment"],
+        registered_model: str = p["registered_model"],
+    ) -> Outputs:
+        run = {"compiled": compiled, "job_id": dsl.PIPELINE_JOB_ID_PLACEHOLDER}
+        run["job_name"] = dsl.PIPELINE_JOB_NAME_PLACEHOLDER
+        names = {"experiment": experiment, "registered_model": registered_model}
+        finish = task(c.finish, "finish", config=config, **run, **names)
         with dsl.ExitHandler(finish, name="iterations"):  # finish runs even if a task fails
-            start = task(c.start, "start", config=config, job_name=job)
+            start = task(
+                c.start,
+                "start",
+                config=config,
+                **run,
+                **names,
+                model=model,
+                learning_rate=learning_rate,
+                init_seed=init_seed,
+                sampling_seed=sampling_seed,
+                games_per_iteration=games_per_iteration,
+                eval_games=eval_games,
+            )
             run_name, parent = start.outputs["run_name"], start.outputs["parent_run_id"]
             inits = task(c.game_init, "game-init", config=config, run_name=run_name).outputs[
                 "inits"
+            config = start.outputs["run_config"]  # the config with the run parameters applied
             ]
             model = task(c.initial_model, "initial-model", config=config).outputs["model"]
             if cfg.warm_start:
@@ -167,7 +224,20 @@ def build_pipeline(cfg: PipelineConfig):
                     rg.after(registers[i - 1])  # champion decisions in iteration order
                 model, registers[i] = tr.outputs["trained"], rg
 
-    return selfplay_pipeline
+def _docstring() -> str:
+    """The pipeline's docstring: the KFP UI shows it and each parameter's description."""
+    lines = [
+        "Self-play GRPO: game-init, then per iteration rollout → train → evaluate → register.",
+        "",
+        "A run parameter left at its default keeps the config's value; a changed one sets its",
+        "config field. Changing a field both ways fails in `start`, and so does a `config` that",
+        "changes compile-time fields (iterations, warm start, backend, images, GPUs).",
+        "",
+        "Args:",
+        "    config: the whole PipelineConfig as JSON (sparring.pipeline.config).",
+    ]
+    lines += [f"    {name}: {param.help}" for name, param in run_params.RUN_PARAMETERS.items()]
+    return "\n".join(lines)
 
 
 def compile_pipeline(cfg: PipelineConfig, out: str) -> str:
@@ -176,3 +246,9 @@ def compile_pipeline(cfg: PipelineConfig, out: str) -> str:
 
     compiler.Compiler().compile(build_pipeline(cfg), out)
     return out
+        return Outputs(finish.outputs["champion_version"], finish.outputs["champion_score"])
+
+    selfplay_pipeline.__doc__ = _docstring()
+    deadline = dsl.PipelineConfig(active_deadline_seconds=k8s.run_deadline_seconds)
+    return dsl.pipeline(name=cfg.name, pipeline_config=deadline)(selfplay_pipeline)
+

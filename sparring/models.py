@@ -18,6 +18,12 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
+
+    from sparring.storage import StorageConfig
 
 CACHE_ENV = "SPARRING_MODEL_CACHE"  # overrides the default cache folder
 
@@ -27,8 +33,17 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path(tempfile.gettempdir()) / "sparring-models")
 
 
-def resolve_model(ref: str, cache_dir: str | Path | None = None) -> str:
-    """A local path or hub name for `ref` (see module docstring)."""
+def resolve_model(
+    ref: str,
+    cache_dir: str | Path | None = None,
+    storage_config: StorageConfig | None = None,
+    client: MlflowClient | None = None,
+) -> str:
+    """A local path or hub name for `ref` (see module docstring).
+
+    `storage_config` reaches the S3 server that holds `s3://` checkpoints (None = the AWS
+    variables); `client` is the registry that resolves `models:/` (None = the default one).
+    """
     from sparring import model_zoo
 
     if model_zoo.is_named(ref):
@@ -36,7 +51,7 @@ def resolve_model(ref: str, cache_dir: str | Path | None = None) -> str:
     if ref.startswith("models:/"):
         from sparring.tracking import resolve_model_uri
 
-        ref = resolve_model_uri(ref)
+        ref = resolve_model_uri(ref, client)
     if ref.startswith("file://"):
         ref = ref.removeprefix("file://")
     if not ref.startswith("s3://"):
@@ -47,7 +62,9 @@ def resolve_model(ref: str, cache_dir: str | Path | None = None) -> str:
     done = target / ".complete"
     if not done.exists():
         shutil.rmtree(target, ignore_errors=True)
-        download_dir(ref, target)  # raises VerifyError on a missing manifest or bad sha256
+        download_dir(
+            ref, target, storage_config
+        )  # raises VerifyError on a missing manifest or bad sha256
         done.write_text(ref)
     return str(target)
 

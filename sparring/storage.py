@@ -60,6 +60,10 @@ class VerifyError(StorageError):
     """A stored directory is incomplete or corrupt (missing manifest, missing/changed files)."""
 
 
+class AlreadyStoredError(StorageError):
+    """A write-once prefix already holds a complete directory with other contents."""
+
+
 # -- config ------------------------------------------------------------------------------------
 
 
@@ -104,6 +108,9 @@ class StorageConfig(BaseModel):
                 read_timeout=self.read_timeout,
                 retries={"max_attempts": self.max_attempts, "mode": "standard"},
                 s3={"addressing_style": "path" if self.endpoint_url else "auto"},
+                # boto3 >= 1.36 sends CRC32 checksums by default; many non-AWS servers reject them
+                request_checksum_calculation="when_required",
+                response_checksum_validation="when_required",
             ),
         )
 
@@ -331,16 +338,25 @@ def artifact_uri(root: str, run: str, iteration: int, name: str) -> str:
 
 
 def upload_dir(
-    local_dir: str | Path, uri: str, config: StorageConfig | None = None
+    local_dir: str | Path, uri: str, config: StorageConfig | None = None, write_once: bool = False
 ) -> list[FileEntry]:
     """Upload `local_dir` to `uri`, then write the manifest; returns the manifest's entries.
 
     Resumable: files already stored with the same size and sha256 are skipped, so rerunning an
     interrupted upload finishes it. Any old manifest is removed first, so until this returns the
-    destination never looks complete.
+    destination never looks complete. With `write_once` (checkpoints), a destination that
+    already holds a complete manifest is left alone: the same files are a no-op (a retried
+    task), other files raise AlreadyStoredError.
     """
     entries = scan_dir(local_dir)
     store = _open_store(uri, config)
+    if write_once and store.read_text(MANIFEST) is not None:
+        if _manifest(store) == entries:
+            return entries
+        raise AlreadyStoredError(
+            f"{uri} already holds a complete upload with other files: it is write-once (a "
+            "registered model version may point at it). Upload to a new run or iteration."
+        )
     store.delete(MANIFEST)
     present = store.sizes()
     for entry in entries:

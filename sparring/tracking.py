@@ -7,8 +7,8 @@ iteration, and a registered model whose versions point at verified S3 checkpoint
                             run.iteration_run(0), iteration=0, metrics=m, score=0.41)
     resolve_model_uri("models:/sparring-matching@champion")  # -> "s3://.../0/checkpoint"
 
-`MLFLOW_TRACKING_URI` picks the server (default `sqlite:///mlflow.db`). When `MLFLOW_RUN_ID` is set
-(KFP 2.17 injects it), that run is the parent and iterations become its children. Registry
+`MLFLOW_TRACKING_URI` picks the server (default `sqlite:///mlflow.db`). `MLFLOW_RUN_ID`, which
+KFP 2.17's MLflow plugin sets to a nested run per task, is not used as the parent. Registry
 conventions: version source = the checkpoint's S3 URI; version tags `iteration`, `score` and
 every eval metric; the alias `champion` moves only when `score` beats the champion's `score`.
 Browse with `mlflow ui --backend-store-uri sqlite:///mlflow.db`.
@@ -77,6 +77,17 @@ def connect(config: TrackingConfig | None = None) -> MlflowClient:
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 
+def numeric(metadata: Mapping[str, Any]) -> dict[str, float]:
+    """The numeric entries of an artifact's metadata, as floats. On a KFP backend a consumed
+    Metrics artifact's metadata also holds MLMD's string properties (`display_name`,
+    `store_session_info`); booleans are dropped too."""
+    return {
+        k: float(v)
+        for k, v in metadata.items()
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    }
+
+
 def flatten_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     """`{"a": {"b": 1}}` -> `{"a.b": "1"}`; values cut to MLflow's 6000-character limit."""
     flat: dict[str, str] = {}
@@ -92,7 +103,7 @@ def flatten_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str
 class PipelineRun:
     """A pipeline's parent run, with one child run per iteration (found or created on demand).
 
-    Build it with `start` (new parent, or `$MLFLOW_RUN_ID`) or `attach` (a later task of the
+    Build it with `start` (a new parent) or `attach` (a later task of the
     same pipeline). Metrics logged for an iteration go to its child run at step=iteration and
     to the parent at the same step, so the parent shows the curve across iterations.
     """
@@ -110,20 +121,23 @@ class PipelineRun:
         config: TrackingConfig | None = None,
         run_name: str | None = None,
         params: Mapping[str, Any] | None = None,
+        tags: Mapping[str, str] | None = None,
     ) -> PipelineRun:
-        """Create the parent run (or adopt `$MLFLOW_RUN_ID`) and log `params` once, flattened."""
+        """Create the parent run (with `tags`) and log `params` once, flattened.
+
+        `$MLFLOW_RUN_ID` is ignored: KFP 2.17's MLflow plugin injects a nested run per TASK
+        there, not a parent for the pipeline (so `start`'s would end with its task).
+        """
         config = config or TrackingConfig()
         client = connect(config)
-        if injected := os.environ.get("MLFLOW_RUN_ID"):
-            run = cls(client, injected, owned=False)
-        else:
-            experiment = client.get_experiment_by_name(config.experiment)
-            experiment_id = (
-                experiment.experiment_id
-                if experiment
-                else client.create_experiment(config.experiment, config.artifact_location)
-            )
-            run = cls(client, client.create_run(experiment_id, run_name=run_name).info.run_id, True)
+        experiment = client.get_experiment_by_name(config.experiment)
+        experiment_id = (
+            experiment.experiment_id
+            if experiment
+            else client.create_experiment(config.experiment, config.artifact_location)
+        )
+        created = client.create_run(experiment_id, run_name=run_name, tags=dict(tags or {}))
+        run = cls(client, created.info.run_id, True)
         if params:
             logged = client.get_run(run.run_id).data.params
             new = {k: v for k, v in flatten_params(params).items() if k not in logged}
@@ -158,7 +172,7 @@ class PipelineRun:
     def log_metrics(self, iteration: int, metrics: Mapping[str, float]) -> None:
         """Log `metrics` (names like `eval/selfplay/player_a/normalized_reward`) for an iteration."""
         now = int(time.time() * 1000)
-        batch = [Metric(k, float(v), now, iteration) for k, v in metrics.items()]
+        batch = [Metric(k, v, now, iteration) for k, v in numeric(metrics).items()]
         for run_id in (self.iteration_run(iteration), self.run_id):
             self.client.log_batch(run_id, metrics=batch)
 

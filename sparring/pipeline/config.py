@@ -107,13 +107,81 @@ class KubernetesSettings(_Strict):
     train_gpus: int = Field(0, ge=0)  # accelerators per train (and warm-start) task
     eval_gpus: int = Field(0, ge=0)  # accelerators per evaluate task
     node_selector: dict[str, str] = Field(default_factory=dict)  # for accelerator tasks
+class Resources(_Strict):
+    """One step's container: requests, limits (Kubernetes quantities) and timeout. A field left
+    None takes the step's default (`STEP_RESOURCES`)."""
+
+    cpu: str | None = None  # CPU request, e.g. "4"
+    cpu_limit: str | None = None
+    memory: str | None = None  # memory request, e.g. "32Gi"
+    memory_limit: str | None = None
+    # Ephemeral storage: KFP's IR (2.17) has no ephemeral-storage request, so the step's scratch
+    # is a disk-backed emptyDir at /tmp whose sizeLimit the kubelet enforces (evicts beyond it).
+    scratch: str | None = None
+    timeout_seconds: int | None = Field(None, ge=1)  # the pod's activeDeadlineSeconds
+
+
+_LIGHT = Resources(
+    cpu="1", cpu_limit="2", memory="2Gi", memory_limit="4Gi", scratch="20Gi", timeout_seconds=3600
+)
+_HEAVY = Resources(
+    cpu="4",
+    cpu_limit="8",
+    memory="32Gi",
+    memory_limit="64Gi",
+    scratch="200Gi",
+    timeout_seconds=43200,
+)
+# Default resources per step (its component's name, e.g. `rollout` for every rollout-<i>).
+STEP_RESOURCES = {
+    **dict.fromkeys(
+        ("start", "game-init", "initial-model", "register", "finish", "merge-rollouts"), _LIGHT
+    ),
+    **dict.fromkeys(
+        ("warm-start", "rollout", "rollout-shard", "train", "train-verl", "evaluate"), _HEAVY
+    ),
+}
+# Steps without side effects: the only ones `kubernetes.caching` may cache.
+PURE_STEPS = ("game-init", "initial-model", "warm-start")
+
+
     tolerations: list[Toleration] = Field(default_factory=list)  # for accelerator tasks
     s3_secret: str | None = "sparring-s3"  # Secret with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY
     shm_size: str | None = "8Gi"  # /dev/shm emptyDir (medium Memory) on GPU tasks; None = off
     hf_secret: str | None = None  # Secret with HF_TOKEN (gated hub models), as env on every task
     model_cache_pvc: str | None = None  # PVC mounted at every task's HF cache ($HF_HOME)
     retries: int = Field(0, ge=0)  # retries per task (S3/MLflow hiccups, preemption)
-    caching: bool = False  # KFP step caching; off so that every run trains anew
+    # KFP step caching of the pure steps (game-init, initial-model, warm-start). Steps with side
+    # effects (start, rollout, train, evaluate, register, finish) never cache.
+    caching: bool = False
+    resources: dict[str, Resources] = Field(default_factory=dict)  # per step: over STEP_RESOURCES
+    run_as_user: int = 10001  # every task's uid (the images' `sparring` user): non-root
+    run_as_group: int = 0  # the images' gid (OpenShift-style group-writable home)
+    image_pull_secrets: list[str] = Field(default_factory=list)  # Secrets for every task's image
+    # The run's activeDeadlineSeconds; an MLflow parent run still RUNNING after this long is
+    # stale (its KFP run was terminated before its exit handler) and the next `start` closes it.
+    run_deadline_seconds: int = Field(7 * 86400, ge=60)
+    kfp_ui_url: str | None = None  # KFP UI base URL, for the run link on the MLflow parent run
+
+    @model_validator(mode="after")
+    def _check_steps(self) -> KubernetesSettings:
+        unknown = sorted(set(self.resources) - set(STEP_RESOURCES))
+        if unknown:
+            raise ValueError(
+                f"kubernetes.resources names unknown steps {unknown}; steps: {sorted(STEP_RESOURCES)}"
+            )
+        return self
+
+    def step_resources(self, step: str) -> Resources:
+        """`step`'s resources: its overrides in `resources` over STEP_RESOURCES[step]."""
+        override = self.resources.get(step, Resources()).model_dump(exclude_none=True)
+        return STEP_RESOURCES[step].model_copy(update=override)
+
+    def step_gpus(self, step: str) -> int:
+        """Accelerators a step's pod requests (train-verl's count is `verl.n_gpus_per_node`)."""
+        gpus = {"rollout": self.rollout_gpus, "rollout-shard": self.rollout_gpus}
+        gpus |= {"train": self.train_gpus, "warm-start": self.train_gpus}
+        return gpus.get(step, self.eval_gpus if step == "evaluate" else 0)
 
 
 class PipelineConfig(_Strict):
@@ -192,6 +260,14 @@ class PipelineConfig(_Strict):
         """What an opponent mix (`opponents.selfplay_fraction` < 1) needs of the config."""
         if self.train_backend != "torch":
             raise ValueError("opponents.selfplay_fraction < 1 needs train_backend: torch")
+        k8s = self.kubernetes
+        gpu_steps = k8s.rollout_gpus or k8s.train_gpus or k8s.eval_gpus
+        if self.device == "cuda" and not gpu_steps and self.train_backend != "verl":
+            raise ValueError(
+                "device: cuda, but no step requests an accelerator (kubernetes.rollout_gpus, "
+                "train_gpus and eval_gpus are 0), so every task would run on the CPU image: set "
+                "device: auto (or cpu), or request GPUs for the steps that need them"
+            )
         if self.rollout.seats is not None:
             raise ValueError(
                 "set either rollout.seats or opponents.selfplay_fraction < 1, not both"
@@ -269,6 +345,14 @@ class PipelineConfig(_Strict):
         from sparring.train import GRPOConfig
 
         return _section(GRPOConfig, "train", {**self.train, "device": self.device})
+    def for_step(self, step: str) -> PipelineConfig:
+        """The config as `step`'s task uses it (step names as in STEP_RESOURCES): with
+        `device: cuda`, a step whose pod requests no accelerator runs on the CPU image, so its
+        device is cpu."""
+        if self.device != "cuda" or step == "train-verl" or self.kubernetes.step_gpus(step):
+            return self
+        return self.model_copy(update={"device": "cpu"})
+
 
     def sft_config(self):  # -> sparring.sft.SFTConfig
         """`warm_start.train` as a validated SFTConfig on the pipeline's device."""

@@ -23,7 +23,10 @@ def run_uri(cfg: PipelineConfig, run_name: str, *parts: int | str) -> str:
 
 
 def upload(cfg: PipelineConfig, local_dir: str | Path, uri: str) -> str:
-    """Upload a folder with its manifest (sparring.storage) and log where it went."""
-    storage.upload_dir(local_dir, uri, cfg.storage.client_config())
+    """Upload a folder with its manifest (sparring.storage) and log where it went. A
+    `…/checkpoint` prefix is write-once (a model version may point at it): the same files
+    again are a no-op, other files fail with AlreadyStoredError."""
+    write_once = uri.rstrip("/").endswith("/checkpoint")
+    storage.upload_dir(local_dir, uri, cfg.storage.client_config(), write_once=write_once)
     log(f"uploaded {uri}")
     return uri

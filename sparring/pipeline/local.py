@@ -77,6 +77,7 @@ def run_local(cfg: PipelineConfig, workdir: str | Path = "runs", verbose: bool =
     """Run the pipeline for `cfg` under kfp.local; see the module docstring."""
     from kfp import local
 
+    from sparring.pipeline import runs
     from sparring.pipeline.reports import summary_rows
     from sparring.pipelines.selfplay import build_pipeline
     from sparring.tracking import champion, connect
@@ -106,10 +107,7 @@ def run_local(cfg: PipelineConfig, workdir: str | Path = "runs", verbose: bool =
                     + failed_task_log(log_path.read_text(errors="replace"))
                 ) from e
         client = connect(cfg.tracking)
-        experiment = client.get_experiment_by_name(cfg.tracking.experiment)
-        parent = client.search_runs(
-            [experiment.experiment_id], f"tags.mlflow.runName = '{run_name}'", max_results=1
-        )[0]
+        parent = runs.find_parent(cfg, client, run_name, tag=runs.RUN_TAG)
         rows = summary_rows(cfg, parent.info.run_id, client)
         job_dir = max((workdir / "kfp").iterdir(), key=lambda p: p.stat().st_mtime)
         return LocalRun(

@@ -22,7 +22,6 @@ benchmark can tell compute from overhead.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -39,20 +38,27 @@ from sparring.rollout import build_policies, load_inits
 
 # Compute-time metrics the tasks report; the rest of the wall time is pipeline overhead.
 COMPUTE_METRICS = ("perf/rollout_seconds", "perf/train_seconds", "perf/eval_seconds")
+# Final states of a successful pipeline: the KFP backend says COMPLETE (or CACHED); kfp.local
+# and Vertex say SUCCEEDED.
+SUCCESS_STATES = ("COMPLETE", "CACHED", "SUCCEEDED")
 
 
-def start(cfg: PipelineConfig, job_name: str) -> tuple[str, str]:
-    """Store the config under `<root>/<run>/config` (which checks S3) and open the MLflow
-    parent run (which checks MLflow). Returns (run name, parent run id)."""
-    from sparring.tracking import PipelineRun
+def start(cfg: PipelineConfig, job_id: str, job_name: str = "") -> tuple[str, str]:
+    """Store the config under `<root>/<run>/config` (which checks S3), close stale parent runs
+    of this pipeline and open the MLflow parent run (which checks MLflow), once per KFP run: a
+    retried `start` finds the parent its first try opened. Returns (run, parent run id).
 
-    run_name = cfg.run_name or job_name
+    The run (the storage key) is `cfg.run_name`, else the KFP run's unique id `job_id`; the
+    MLflow run is named after the display name `job_name` and tagged with both."""
+    from sparring.pipeline import runs
+
+    run_name = cfg.run_name or job_id
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
         upload(cfg, tmp, run_uri(cfg, run_name, "config"))
-    run = PipelineRun.start(cfg.tracking, run_name, params=cfg.model_dump(mode="json"))
-    log(f"MLflow parent run {run.run_id} in experiment {cfg.tracking.experiment!r}")
-    return run_name, run.run_id
+    parent = runs.open_parent(cfg, run_name, job_id, job_name)
+    log(f"MLflow parent run {parent} in experiment {cfg.tracking.experiment!r}")
+    return run_name, parent
 
 
 def game_init(cfg: PipelineConfig, out_dir: str | Path, run_name: str) -> dict[str, Path]:
@@ -77,7 +83,7 @@ def initial_model(cfg: PipelineConfig, out_dir: str | Path) -> Path:
     ref = cfg.model
     if ref.startswith("models:/"):  # look it up in this pipeline's registry
         ref = resolve_model_uri(ref, connect(cfg.tracking))
-    local = resolve_model(ref)
+    local = resolve_model(ref, storage_config=cfg.storage.client_config())
     if Path(local).is_dir():
         shutil.copytree(local, out, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".complete"))
     else:  # a hub name: fetch the snapshot once, so every task loads the same files
@@ -247,24 +253,21 @@ def finish(cfg: PipelineConfig, job_name: str, failed: bool = False) -> str:
     pipeline's exit handler, so a failed task never leaves the parent RUNNING."""
     from sparring.tracking import champion, connect
 
-    run_name = cfg.run_name or job_name
     client = connect(cfg.tracking)
-    experiment = client.get_experiment_by_name(cfg.tracking.experiment)
-    found = experiment and client.search_runs(
-        [experiment.experiment_id], f"tags.mlflow.runName = '{run_name}'", max_results=1
-    )
-    if not found:  # `start` failed before it opened the parent run
-        return f"## {run_name}\n\nfailed before the MLflow parent run was opened\n"
-    parent_run_id = found[0].info.run_id
+    parent = runs.find_parent(cfg, client, job_id)
+    title = cfg.run_name or job_name or job_id
+    if parent is None:  # `start` failed before it opened the parent run
+        return f"## {title}\n\nfailed before the MLflow parent run was opened\n"
     status = "FAILED" if failed else "FINISHED"
-    if failed:
-        for child in client.search_runs(
-            [experiment.experiment_id],
-            f"tags.mlflow.parentRunId = '{parent_run_id}' and attributes.status = 'RUNNING'",
-        ):
-            client.set_terminated(child.info.run_id, status)
-    kfp_owns = os.environ.get("MLFLOW_RUN_ID") == parent_run_id  # KFP's MLflow plugin ends it
-    if client.get_run(parent_run_id).info.status == "RUNNING" and not kfp_owns:
-        client.set_terminated(parent_run_id, status)
-    rows = reports.summary_rows(cfg, parent_run_id, client)
-    return reports.run_summary(cfg, run_name, status, rows, champion(cfg.registered_model, client))
+    runs.end(client, parent, status)
+    rows = reports.summary_rows(cfg, parent.info.run_id, client)
+    text = reports.run_summary(cfg, title, status, rows, champion(cfg.registered_model, client))
+    return text + f"\nMLflow parent run: {runs.link(cfg, parent)}\n"
+
+
+def champion_of(cfg: PipelineConfig) -> tuple[str, float]:
+    """The registered model's champion version and its score (`""`, nan without one)."""
+    from sparring.tracking import champion, connect
+
+    found = champion(cfg.registered_model, connect(cfg.tracking))
+    return (found.version, float(found.tags["score"])) if found else ("", float("nan"))

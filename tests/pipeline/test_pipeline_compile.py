@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from sparring.cli import main
 from sparring.pipeline.config import CONFIG_DIR, PipelineConfig
+from sparring.pipeline.run_params import RUN_PARAMETERS
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_CONFIG = CONFIG_DIR / "pipeline-gpu.yaml"
@@ -66,7 +67,8 @@ def test_gpu_pipeline(gpu_yaml):
                 )
                 assert platform[label]["nodeSelector"]["labels"] == k8s.node_selector
                 assert platform[label]["tolerations"][0]["key"] == "nvidia.com/gpu"
-                shm = platform[label]["emptyDirMounts"][0]
+                mounts = platform[label]["emptyDirMounts"]
+                shm = next(m for m in mounts if m["mountPath"] == "/dev/shm")
                 assert (shm["mountPath"], shm["medium"], shm["sizeLimit"]) == (
                     "/dev/shm",
                     "Memory",
@@ -85,7 +87,7 @@ def test_gpu_pipeline(gpu_yaml):
     assert all(t["retryPolicy"]["maxRetryCount"] == k8s.retries for t in tasks)
     assert all(t["cachingOptions"].get("enableCache", False) is False for t in tasks)
     params = spec["root"]["inputDefinitions"]["parameters"]
-    assert set(params) == {"config", "games_per_iteration"}
+    assert set(params) == {"config", *RUN_PARAMETERS}
     assert PipelineConfig.model_validate_json(params["config"]["defaultValue"]) == cfg
 
 
@@ -224,7 +226,7 @@ def test_verl_pipeline_replaces_rollout_and_train_with_one_gpu_task(tmp_path):
         assert (accel["resourceType"], int(accel["resourceCount"])) == ("nvidia.com/gpu", 4)
         assert platform[label]["nodeSelector"]["labels"] == k8s.node_selector
         assert platform[label]["tolerations"][0]["key"] == "nvidia.com/gpu"
-        assert platform[label]["emptyDirMounts"][0]["mountPath"] == "/dev/shm"
+        assert "/dev/shm" in {m["mountPath"] for m in platform[label]["emptyDirMounts"]}
         assert platform[label]["secretAsEnv"][0]["secretName"] == k8s.s3_secret
     for step in ("evaluate", "register"):  # unchanged: eval on 1 GPU, register on the CPU image
         assert len(executors_of(spec, step)) == cfg.iterations
