@@ -17,18 +17,18 @@ smallest k, whose stored checkpoint it loads. With
 26 KB per iteration: for long campaigns use `pipelines.driver`, one run per block.
 """
 
-from kfp import dsl, kubernetes
-from sparring.components import make_components
 from typing import NamedTuple
 
+from kfp import dsl, kubernetes
+from sparring.components import make_components
 
 from sparring.pipeline import run_params
 from sparring.pipeline.config import PURE_STEPS, KubernetesSettings, PipelineConfig
 
 S3_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+CHECKSUM_ENV = ("AWS_REQUEST_CHECKSUM_CALCULATION", "AWS_RESPONSE_CHECKSUM_VALIDATION")
 HF_HOME = "/home/sparring/.cache/huggingface"  # the runtime images' $HF_HOME
 
-CHECKSUM_ENV = ("AWS_REQUEST_CHECKSUM_CALCULATION", "AWS_RESPONSE_CHECKSUM_VALIDATION")
 
 class Outputs(NamedTuple):
     """The pipeline's outputs (from the exit handler): the registered model's champion."""
@@ -46,8 +46,6 @@ def _every_task(task: dsl.PipelineTask, step: str, cfg: PipelineConfig) -> dsl.P
     task.set_caching_options(k8s.caching and step in PURE_STEPS)
     if k8s.retries:
         task.set_retry(k8s.retries, backoff_duration="30s")
-    if k8s.s3_secret:
-        kubernetes.use_secret_as_env(task, k8s.s3_secret, {key: key for key in S3_KEYS})
     kubernetes.set_security_context(
         task, run_as_user=k8s.run_as_user, run_as_group=k8s.run_as_group, run_as_non_root=True
     )
@@ -59,6 +57,8 @@ def _every_task(task: dsl.PipelineTask, step: str, cfg: PipelineConfig) -> dsl.P
         kubernetes.set_image_pull_secrets(task, k8s.image_pull_secrets)
     for name, value in _storage_env(cfg).items():
         task.set_env_variable(name, value)
+    if k8s.s3_secret:
+        kubernetes.use_secret_as_env(task, k8s.s3_secret, {key: key for key in S3_KEYS})
     if k8s.hf_secret:
         kubernetes.use_secret_as_env(task, k8s.hf_secret, {"HF_TOKEN": "HF_TOKEN"})
     if k8s.model_cache_pvc:
@@ -66,8 +66,6 @@ def _every_task(task: dsl.PipelineTask, step: str, cfg: PipelineConfig) -> dsl.P
     return task
 
 
-def _accelerated(task: dsl.PipelineTask, gpus: int, k8s: KubernetesSettings) -> dsl.PipelineTask:
-    """GPU request, node selector, tolerations and a RAM-backed /dev/shm (NCCL, dataloaders)."""
 def _storage_env(cfg: PipelineConfig) -> dict[str, str]:
     """The AWS variables every task gets, so that any S3 client in it (boto3 in MLflow, hub
     libraries) reaches the configured server: endpoint, region, and checksums only when
@@ -79,6 +77,8 @@ def _storage_env(cfg: PipelineConfig) -> dict[str, str]:
     return env
 
 
+def _accelerated(task: dsl.PipelineTask, gpus: int, k8s: KubernetesSettings) -> dsl.PipelineTask:
+    """GPU request, node selector, tolerations and a RAM-backed /dev/shm (NCCL, dataloaders)."""
     if not gpus:
         return task
     task.set_accelerator_type(k8s.accelerator_type).set_accelerator_limit(gpus)
@@ -138,9 +138,9 @@ def build_pipeline(cfg: PipelineConfig):
                 eval_games=eval_games,
             )
             run_name, parent = start.outputs["run_name"], start.outputs["parent_run_id"]
+            config = start.outputs["run_config"]  # the config with the run parameters applied
             inits = task(c.game_init, "game-init", config=config, run_name=run_name).outputs[
                 "inits"
-            config = start.outputs["run_config"]  # the config with the run parameters applied
             ]
             model = task(c.initial_model, "initial-model", config=config).outputs["model"]
             if cfg.warm_start:
@@ -223,6 +223,12 @@ def build_pipeline(cfg: PipelineConfig):
                 if i - 1 in registers:
                     rg.after(registers[i - 1])  # champion decisions in iteration order
                 model, registers[i] = tr.outputs["trained"], rg
+        return Outputs(finish.outputs["champion_version"], finish.outputs["champion_score"])
+
+    selfplay_pipeline.__doc__ = _docstring()
+    deadline = dsl.PipelineConfig(active_deadline_seconds=k8s.run_deadline_seconds)
+    return dsl.pipeline(name=cfg.name, pipeline_config=deadline)(selfplay_pipeline)
+
 
 def _docstring() -> str:
     """The pipeline's docstring: the KFP UI shows it and each parameter's description."""
@@ -246,9 +252,3 @@ def compile_pipeline(cfg: PipelineConfig, out: str) -> str:
 
     compiler.Compiler().compile(build_pipeline(cfg), out)
     return out
-        return Outputs(finish.outputs["champion_version"], finish.outputs["champion_score"])
-
-    selfplay_pipeline.__doc__ = _docstring()
-    deadline = dsl.PipelineConfig(active_deadline_seconds=k8s.run_deadline_seconds)
-    return dsl.pipeline(name=cfg.name, pipeline_config=deadline)(selfplay_pipeline)
-

@@ -97,16 +97,6 @@ class Toleration(_Strict):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
 
 
-class KubernetesSettings(_Strict):
-    """How the tasks run on the cluster; all of it is ignored by `sparring run` (kfp.local)."""
-
-    image: str = IMAGE  # image of every task (CPU)
-    gpu_image: str = GPU_IMAGE  # image of tasks that request an accelerator
-    accelerator_type: str = "nvidia.com/gpu"  # resource name of the accelerator
-    rollout_gpus: int = Field(0, ge=0)  # accelerators per rollout task (0 = CPU)
-    train_gpus: int = Field(0, ge=0)  # accelerators per train (and warm-start) task
-    eval_gpus: int = Field(0, ge=0)  # accelerators per evaluate task
-    node_selector: dict[str, str] = Field(default_factory=dict)  # for accelerator tasks
 class Resources(_Strict):
     """One step's container: requests, limits (Kubernetes quantities) and timeout. A field left
     None takes the step's default (`STEP_RESOURCES`)."""
@@ -145,6 +135,16 @@ STEP_RESOURCES = {
 PURE_STEPS = ("game-init", "initial-model", "warm-start")
 
 
+class KubernetesSettings(_Strict):
+    """How the tasks run on the cluster; all of it is ignored by `sparring run` (kfp.local)."""
+
+    image: str = IMAGE  # image of every task (CPU)
+    gpu_image: str = GPU_IMAGE  # image of tasks that request an accelerator
+    accelerator_type: str = "nvidia.com/gpu"  # resource name of the accelerator
+    rollout_gpus: int = Field(0, ge=0)  # accelerators per rollout task (0 = CPU)
+    train_gpus: int = Field(0, ge=0)  # accelerators per train (and warm-start) task
+    eval_gpus: int = Field(0, ge=0)  # accelerators per evaluate task
+    node_selector: dict[str, str] = Field(default_factory=dict)  # for accelerator tasks
     tolerations: list[Toleration] = Field(default_factory=list)  # for accelerator tasks
     s3_secret: str | None = "sparring-s3"  # Secret with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY
     shm_size: str | None = "8Gi"  # /dev/shm emptyDir (medium Memory) on GPU tasks; None = off
@@ -250,6 +250,14 @@ class PipelineConfig(_Strict):
             "eval/"
         ):
             raise ValueError(f"champion_metric {self.champion_metric!r} must be an eval/* metric")
+        k8s = self.kubernetes
+        gpu_steps = k8s.rollout_gpus or k8s.train_gpus or k8s.eval_gpus
+        if self.device == "cuda" and not gpu_steps and self.train_backend != "verl":
+            raise ValueError(
+                "device: cuda, but no step requests an accelerator (kubernetes.rollout_gpus, "
+                "train_gpus and eval_gpus are 0), so every task would run on the CPU image: set "
+                "device: auto (or cpu), or request GPUs for the steps that need them"
+            )
         if self.train_backend == "verl":
             self._check_verl()
         if self.opponents.mixed:
@@ -260,14 +268,6 @@ class PipelineConfig(_Strict):
         """What an opponent mix (`opponents.selfplay_fraction` < 1) needs of the config."""
         if self.train_backend != "torch":
             raise ValueError("opponents.selfplay_fraction < 1 needs train_backend: torch")
-        k8s = self.kubernetes
-        gpu_steps = k8s.rollout_gpus or k8s.train_gpus or k8s.eval_gpus
-        if self.device == "cuda" and not gpu_steps and self.train_backend != "verl":
-            raise ValueError(
-                "device: cuda, but no step requests an accelerator (kubernetes.rollout_gpus, "
-                "train_gpus and eval_gpus are 0), so every task would run on the CPU image: set "
-                "device: auto (or cpu), or request GPUs for the steps that need them"
-            )
         if self.rollout.seats is not None:
             raise ValueError(
                 "set either rollout.seats or opponents.selfplay_fraction < 1, not both"
@@ -311,6 +311,14 @@ class PipelineConfig(_Strict):
                 f"no step: set games_per_iteration >= {need} or lower verl.train_batch_size"
             )
 
+    def for_step(self, step: str) -> PipelineConfig:
+        """The config as `step`'s task uses it (step names as in STEP_RESOURCES): with
+        `device: cuda`, a step whose pod requests no accelerator runs on the CPU image, so its
+        device is cpu."""
+        if self.device != "cuda" or step == "train-verl" or self.kubernetes.step_gpus(step):
+            return self
+        return self.model_copy(update={"device": "cpu"})
+
     @property
     def verl_states_per_iteration(self) -> int:
         """Train states one verl iteration plays: each seat of each state is a dataset row
@@ -345,14 +353,6 @@ class PipelineConfig(_Strict):
         from sparring.train import GRPOConfig
 
         return _section(GRPOConfig, "train", {**self.train, "device": self.device})
-    def for_step(self, step: str) -> PipelineConfig:
-        """The config as `step`'s task uses it (step names as in STEP_RESOURCES): with
-        `device: cuda`, a step whose pod requests no accelerator runs on the CPU image, so its
-        device is cpu."""
-        if self.device != "cuda" or step == "train-verl" or self.kubernetes.step_gpus(step):
-            return self
-        return self.model_copy(update={"device": "cpu"})
-
 
     def sft_config(self):  # -> sparring.sft.SFTConfig
         """`warm_start.train` as a validated SFTConfig on the pipeline's device."""

@@ -247,10 +247,11 @@ def register(
     return Registered(uri, reg.version, reg.champion_version)
 
 
-def finish(cfg: PipelineConfig, job_name: str, failed: bool = False) -> str:
-    """End the parent run, FINISHED or (when a task failed) FAILED together with any child run
-    still open, unless KFP owns it; return a Markdown summary of the run. Runs as the
-    pipeline's exit handler, so a failed task never leaves the parent RUNNING."""
+def finish(cfg: PipelineConfig, job_id: str, job_name: str = "", failed: bool = False) -> str:
+    """End the parent run of KFP run `job_id`, FINISHED or (when a task failed) FAILED together
+    with any child run still open; return a Markdown summary of the run that links to it.
+    Runs as the pipeline's exit handler, so a failed task never leaves the parent RUNNING."""
+    from sparring.pipeline import runs
     from sparring.tracking import champion, connect
 
     client = connect(cfg.tracking)
