@@ -12,7 +12,7 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e ".[dev,diplomacy,gguf]"
+	$(PIP) install --quiet -e ".[dev,diplomacy,gguf,textarena]"
 	touch $@
 
 run: setup

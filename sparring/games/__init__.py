@@ -19,6 +19,9 @@ from sparring.games.base import Agent, Game, GameStats, StepResult, TurnRecord
 GAMES: dict[str, str] = {
     "matching": "sparring.games.matching:MatchingGame",
     "diplomacy": "sparring.games.diplomacy:DiplomacyGame",
+    "kuhn-poker": "sparring.games.textarena:KuhnPoker",
+    "tic-tac-toe": "sparring.games.textarena:TicTacToe",
+    "simple-negotiation": "sparring.games.textarena:SimpleNegotiation",
 }
 DEFAULT_GAME = "matching"
 

@@ -1,0 +1,140 @@
+"""The TextArena games Sparring registers: each names its environment, its rule parameters,
+its legal moves (for the random agent) and its scripted agents.
+
+Rules are TextArena's own (its prompts say them to the players):
+- Kuhn Poker: a 3-card deck (J < Q < K), ante 1, one card each, [check]/[bet]/[call]/[fold]
+  (a bet or call adds 1 chip); most chips after `max_rounds` hands wins. Player 1 opens the
+  first hand, then the opener alternates.
+- Tic-Tac-Toe: Player 0 is O and moves first, Player 1 is X; a move is `[cell]` (0-8).
+- SimpleNegotiation: both hold random stocks of five resources with private values;
+  `[Offer: 2 Wheat -> 1 Ore]`, `[Accept]`, `[Deny]`; after `max_turns` turns the larger gain in
+  inventory value wins.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import textarena as ta
+
+from sparring.games.textarena.env import TextArenaGame
+from sparring.games.textarena.kuhn import FixedKuhnPokerEnv
+
+_AGENTS = "sparring.games.textarena.agents"
+
+
+class KuhnPoker(TextArenaGame):
+    """TextArena's KuhnPoker-v0 (SPIRAL's main training game), its chip accounting fixed
+    (`sparring.games.textarena.kuhn`)."""
+
+    name = "kuhn-poker"
+    env_id = "KuhnPoker-v0"
+    agents = {
+        "kuhn-poker-scripted": f"{_AGENTS}:KuhnPokerAgent",
+        "kuhn-poker-random": f"{_AGENTS}:RandomLegalAgent",
+    }
+    default_opponent = "kuhn-poker-scripted"
+
+    def __init__(self, max_rounds: int = 3, max_retries: int = 1) -> None:
+        if max_rounds < 1:
+            raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
+        super().__init__(max_retries, max_rounds=max_rounds)
+
+    def _new_env(self) -> ta.Env:
+        return FixedKuhnPokerEnv(**self.env_params)
+
+    def card(self, seat: int) -> str:
+        """The seat's own card this hand: J, Q or K."""
+        return "JQK"[self.game_state["player_cards"][seat]]
+
+    def legal_moves(self, seat: int) -> list[str]:
+        if seat not in self.pending_seats:
+            return []
+        return [f"[{move}]" for move in self.game_state["current_legal_action_tree"]]
+
+    def outcome(self) -> dict[str, Any]:
+        chips = self.game_state["player_chips"]
+        return super().outcome() | {"chips": [chips[0], chips[1]]}
+
+
+class TicTacToe(TextArenaGame):
+    """TextArena's TicTacToe-v0."""
+
+    name = "tic-tac-toe"
+    env_id = "TicTacToe-v0"
+    agents = {
+        "tic-tac-toe-scripted": f"{_AGENTS}:TicTacToeAgent",
+        "tic-tac-toe-random": f"{_AGENTS}:RandomLegalAgent",
+    }
+    default_opponent = "tic-tac-toe-scripted"
+
+    def __init__(self, max_retries: int = 1) -> None:
+        super().__init__(max_retries)
+
+    @staticmethod
+    def mark(seat: int) -> str:
+        return "X" if seat == 1 else "O"
+
+    def cells(self) -> list[str]:
+        """The board as 9 cells ('', 'O' or 'X'), row by row."""
+        return [c for row in self.game_state["board"] for c in row]
+
+    def legal_moves(self, seat: int) -> list[str]:
+        if seat not in self.pending_seats:
+            return []
+        return [f"[{i}]" for i, c in enumerate(self.cells()) if not c]
+
+    def outcome(self) -> dict[str, Any]:
+        return super().outcome() | {"board": self.cells()}
+
+
+class SimpleNegotiation(TextArenaGame):
+    """TextArena's SimpleNegotiation-v0 (a resource-trading negotiation)."""
+
+    name = "simple-negotiation"
+    env_id = "SimpleNegotiation-v0"
+    agents = {
+        "simple-negotiation-scripted": f"{_AGENTS}:NegotiationAgent",
+        "simple-negotiation-random": f"{_AGENTS}:RandomLegalAgent",
+    }
+    default_opponent = "simple-negotiation-scripted"
+
+    def __init__(self, max_turns: int = 10, max_retries: int = 1) -> None:
+        if max_turns < 2:
+            raise ValueError(f"max_turns must be >= 2, got {max_turns}")
+        super().__init__(max_retries, max_turns=max_turns)
+
+    def resources(self, seat: int) -> dict[str, int]:
+        return dict(self.game_state["player_resources"][seat])
+
+    def values(self, seat: int) -> dict[str, int]:
+        """The seat's private value of one unit of each resource."""
+        return dict(self.game_state["player_values"][seat])
+
+    def offer_to(self, seat: int) -> dict[str, Any] | None:
+        """The standing offer made to `seat` (offered/requested resources), if any."""
+        offer = self.game_state["current_offer"]
+        return offer if offer and offer["to_player"] == seat else None
+
+    def legal_moves(self, seat: int) -> list[str]:
+        """[Accept] when an affordable offer stands, [Deny], and every 1-for-1 offer."""
+        if seat not in self.pending_seats:
+            return []
+        own = self.resources(seat)
+        moves = ["[Deny]"]
+        offer = self.offer_to(seat)
+        if offer and all(own.get(r, 0) >= q for r, q in offer["requested_resources"].items()):
+            moves.append("[Accept]")
+        moves += [
+            f"[Offer: 1 {give} -> 1 {get}]"
+            for give in own
+            if own[give] > 0
+            for get in own
+            if get != give
+        ]
+        return moves
+
+    def outcome(self) -> dict[str, Any]:
+        trades = [t for t in self.game_state["trade_history"] if t["outcome"] == "Accepted"]
+        gains = [self.game_state["inventory_value"][s]["change"] for s in range(2)]
+        return super().outcome() | {"agreed": bool(trades), "trades": len(trades), "gains": gains}

@@ -1,0 +1,99 @@
+"""The Game seam holds: no generic module (everything under sparring/ outside sparring/games/)
+names a game in its code. Comments and docstrings may; a name, string or attribute may not.
+
+"A game" is every registered game's name, its package and class, its scripted agents (those
+named by more than one word: Diplomacy's `hold` and `greedy` are also ordinary words) and its
+own group keys (and their deprecated aliases), plus the fixed words below. Names compare as
+sequences of words, split at `-`, `_`, spaces and camelCase: `kuhn-poker`, `KuhnPoker` and
+`kuhn_poker` are one name, found in `make_kuhn_poker` but not in `kuhnpokers`.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+from pathlib import Path
+
+import pytest
+
+from sparring.games import GAMES, game_class
+
+ROOT = Path(__file__).resolve().parents[2] / "sparring"
+GENERIC = sorted(p for p in ROOT.rglob("*.py") if ROOT / "games" not in p.parents)
+ALWAYS = {"diplomacy", "matching", "country", "textarena"}  # the issue's grep, kept as is
+
+
+def words_of(text: str) -> tuple[str, ...]:
+    """`"KuhnPoker-v0 rules"` -> ("kuhn", "poker", "v0", "rules")."""
+    return tuple(w.lower() for w in re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+", text))
+
+
+def names(text: str, name: tuple[str, ...]) -> bool:
+    """Whether `text` contains the words of `name`, in a row."""
+    words, n = words_of(text), len(name)
+    return any(words[i : i + n] == name for i in range(len(words) - n + 1))
+
+
+def game_words() -> set[tuple[str, ...]]:
+    """Every name that belongs to one game (see the module docstring)."""
+    words = set(ALWAYS)
+    for name, target in GAMES.items():
+        words |= {name, target.split(":")[0].split(".")[2], target.split(":")[1]}
+        try:
+            cls = game_class(name)
+        except ImportError:  # an optional game whose extra is not installed: its names only
+            continue
+        agents = {a for a in cls.agents if len(words_of(a)) > 1}  # not plain words like `hold`
+        words |= agents | set(cls.extra_group_keys) | set(cls.group_key_aliases)
+    return {words_of(w) for w in words}
+
+
+def docstring_lines(source: str) -> set[int]:
+    """First lines of every bare string statement: module, class and function docstrings, and
+    the attribute docstrings under config fields."""
+    return {
+        node.lineno
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    }
+
+
+def code_hits(source: str, words: set[tuple[str, ...]]) -> list[tuple[int, str]]:
+    """(line, token) of every code token (not a comment or docstring) naming a game."""
+    docs = docstring_lines(source)
+    hits = []
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.STRING and tok.start[0] in docs:
+            continue
+        if tok.type in (tokenize.NAME, tokenize.STRING) or tok.type == getattr(
+            tokenize, "FSTRING_MIDDLE", -1
+        ):
+            if any(names(tok.string, w) for w in words):
+                hits.append((tok.start[0], tok.string))
+    return hits
+
+
+def test_the_check_sees_code_and_skips_comments_and_docstrings():
+    words = game_words()
+    source = (
+        '"""Plays matching and kuhn-poker."""\n'
+        "# diplomacy is a game\n"
+        "def f():\n"
+        '    """country keys"""\n'
+        '    return make("kuhn-poker") + TicTacToe + simple_negotiation\n'
+    )
+    assert [t for _, t in code_hits(source, words)] == [
+        '"kuhn-poker"',
+        "TicTacToe",
+        "simple_negotiation",
+    ]
+
+
+@pytest.mark.parametrize("path", GENERIC, ids=lambda p: str(p.relative_to(ROOT)))
+def test_generic_module_names_no_game(path):
+    hits = code_hits(path.read_text(), game_words())
+    assert not hits, f"{path.relative_to(ROOT.parent)} names a game in code: {hits}"
