@@ -102,13 +102,14 @@ def grpo_step(
     out_dir: str | Path,
     cfg: Any = None,  # sparring.train.GRPOConfig
     ref_model_dir: str | Path | None = None,
+    on_step: Any = None,  # sparring.train.OnStep: each optimizer step's metrics, live
 ) -> Step:
     """3. One GRPO update; on no signal the checkpoint is copied unchanged."""
     from sparring.train import NoSignalError, train
 
     ref = ref_model_dir if cfg is not None and cfg.kl_coef > 0 else None
     try:
-        stats = train(model_dir, [samples], out_dir, cfg, ref)
+        stats = train(model_dir, [samples], out_dir, cfg, ref, on_step)
     except NoSignalError as err:  # every group tied: no gradient, so the policy stays as it was
         print(f"[sparring] train: no learning signal, checkpoint unchanged ({err})", flush=True)
         shutil.copytree(model_dir, out_dir, dirs_exist_ok=True)

@@ -1,38 +1,39 @@
-"""MLflow tracking and registry: one experiment per pipeline, a parent run with one child run per
-iteration, and a registered model whose versions point at verified S3 checkpoints.
+"""MLflow tracking: one experiment per pipeline, a parent run with one child run per
+iteration, live train curves, dataset lineage; the registry's lookups (`champion`,
+`resolve_model_uri`). Registering a checkpoint is `sparring.registry`.
 
     with PipelineRun.start(TrackingConfig(experiment="matching"), "run-1", params=cfg) as run:
         run.log_metrics(0, {"eval/selfplay/player_a/normalized_reward": 0.41})
-        register_checkpoint("sparring-matching", "s3://sparring/runs/run-1/0/checkpoint",
-                            run.iteration_run(0), iteration=0, metrics=m, score=0.41)
+        train(..., on_step=run.step_logger(0))     # train/* per optimizer step, while it runs
+        run.log_dataset(0, "s3://sparring/runs/run-1/inits/train.parquet", "game-init-train")
     resolve_model_uri("models:/sparring-matching@champion")  # -> "s3://.../0/checkpoint"
 
 `MLFLOW_TRACKING_URI` picks the server (default `sqlite:///mlflow.db`). `MLFLOW_RUN_ID`, which
-KFP 2.17's MLflow plugin sets to a nested run per task, is not used as the parent. Registry
-conventions: version source = the checkpoint's S3 URI; version tags `iteration`, `score` and
-every eval metric; the alias `champion` moves only when `score` beats the champion's `score`.
+KFP 2.17's MLflow plugin sets to a nested run per task, is not used as the parent. A server
+behind MLflow's basic-auth app takes `MLFLOW_TRACKING_USERNAME` / `MLFLOW_TRACKING_PASSWORD`
+from the environment; they are never logged (params come from the config, which holds none).
 Browse with `mlflow ui --backend-store-uri sqlite:///mlflow.db`.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import Any
 
 import requests
-from mlflow.entities import Metric, Param
+from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from pydantic import BaseModel, Field
 
-from sparring import storage
-
 CHAMPION = "champion"
 ITERATION_TAG = "sparring.iteration"
+CHECKPOINT_TAG = "sparring.checkpoint"  # a version's verified storage URI (sparring.registry)
 _PARAM_MAX = 6000  # MLflow's limit on a param value
 
 
@@ -47,6 +48,9 @@ class TrackingConfig(BaseModel):
     experiment: str = "sparring"  # one experiment per pipeline
     artifact_location: str | None = None  # run artifacts of a NEW experiment, e.g. s3://b/mlflow
     probe_timeout: float = Field(5.0, gt=0)  # seconds to wait for an http(s) server's /health
+    # The storage URI behind the server's `mlflow-artifacts:/` (its --artifacts-destination).
+    # Checkpoints under it register with proxied sources: loaders need only the tracking URI.
+    artifacts_destination: str | None = None
 
     def resolved_uri(self) -> str:
         """The tracking URI this config means."""
@@ -64,7 +68,7 @@ def connect(config: TrackingConfig | None = None) -> MlflowClient:
     if uri.startswith(("http://", "https://")):
         try:
             requests.get(
-                f"{uri.rstrip('/')}/health", timeout=config.probe_timeout
+                f"{uri.rstrip('/')}/health", timeout=config.probe_timeout, auth=_basic_auth()
             ).raise_for_status()
         except requests.RequestException as e:
             raise TrackingUnavailableError(
@@ -75,6 +79,12 @@ def connect(config: TrackingConfig | None = None) -> MlflowClient:
     elif uri.startswith("sqlite:///"):
         Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def _basic_auth() -> tuple[str, str] | None:
+    """MLflow's own basic-auth variables, for requests this module makes itself."""
+    user = os.environ.get("MLFLOW_TRACKING_USERNAME")
+    return (user, os.environ.get("MLFLOW_TRACKING_PASSWORD", "")) if user else None
 
 
 def numeric(metadata: Mapping[str, Any]) -> dict[str, float]:
@@ -176,6 +186,28 @@ class PipelineRun:
         for run_id in (self.iteration_run(iteration), self.run_id):
             self.client.log_batch(run_id, metrics=batch)
 
+    def step_logger(self, iteration: int) -> Callable[[int, Mapping[str, float]], None]:
+        """An `on_step(step, metrics)` for `sparring.train`: each optimizer step's metrics go to
+        the iteration's run at that step, as training goes (a live curve in the MLflow UI)."""
+        run_id = self.iteration_run(iteration)
+
+        def on_step(step: int, metrics: Mapping[str, float]) -> None:
+            now = int(time.time() * 1000)
+            batch = [Metric(f"train_step/{k}", float(v), now, step) for k, v in metrics.items()]
+            self.client.log_batch(run_id, metrics=batch)
+
+        return on_step
+
+    def log_dataset(
+        self, iteration: int, uri: str, name: str, digest: str, context: str = "train"
+    ) -> None:
+        """Record the dataset at `uri` (digest: e.g. its sha256) as an input of the iteration's
+        run (`mlflow.log_input`), without reading it: the run's lineage in the UI."""
+        source = json.dumps({"uri": uri})
+        dataset = Dataset(name, digest[:36], "s3" if uri.startswith("s3://") else "local", source)
+        tags = [InputTag("mlflow.data.context", context)]
+        self.client.log_inputs(self.iteration_run(iteration), [DatasetInput(dataset, tags)])
+
     def log_artifact(
         self, path: str | Path, iteration: int | None = None, dest: str | None = None
     ) -> None:
@@ -208,15 +240,6 @@ class PipelineRun:
 # -- registry ----------------------------------------------------------------------------------
 
 
-class Registration(NamedTuple):
-    """What `register_checkpoint` did."""
-
-    version: str  # the new model version
-    is_champion: bool  # whether `champion` now points at it
-    champion_version: str  # where `champion` points afterwards
-    champion_score: float  # the champion's score afterwards
-
-
 def champion(model_name: str, client: MlflowClient | None = None):  # -> ModelVersion | None
     """The model version under the `champion` alias, or None if there is none yet."""
     client = client or connect()
@@ -228,48 +251,10 @@ def champion(model_name: str, client: MlflowClient | None = None):  # -> ModelVe
         raise
 
 
-def register_checkpoint(
-    model_name: str,
-    s3_uri: str,
-    run_id: str | None,
-    iteration: int,
-    metrics: Mapping[str, float],
-    score: float,
-    *,
-    client: MlflowClient | None = None,
-    storage_config: storage.StorageConfig | None = None,
-    deep_verify: bool = False,
-) -> Registration:
-    """Verify the uploaded checkpoint, then register it as a new version of `model_name`.
-
-    Nothing is registered if `storage.verify` fails (missing manifest, missing or changed files,
-    S3 unreachable or refusing). The version's source is `s3_uri`; its tags are `iteration`,
-    `score` and every metric. `champion` moves to it only if `score` is strictly higher than
-    the champion's `score` tag (or there is no champion).
-    """
-    storage.verify(s3_uri, storage_config, deep=deep_verify)
-    client = client or connect()
-    try:
-        client.create_registered_model(model_name)
-    except MlflowException as e:
-        if e.error_code != "RESOURCE_ALREADY_EXISTS":
-            raise
-    tags = {"iteration": str(iteration), "score": repr(float(score))}
-    tags |= {name: repr(float(value)) for name, value in metrics.items()}
-    version = client.create_model_version(model_name, source=s3_uri, run_id=run_id, tags=tags)
-    current = champion(model_name, client)
-    if current is None or float(score) > float(current.tags.get("score", "-inf")):
-        client.set_registered_model_alias(model_name, CHAMPION, version.version)
-        return Registration(str(version.version), True, str(version.version), float(score))
-    return Registration(
-        str(version.version), False, str(current.version), float(current.tags["score"])
-    )
-
-
 def resolve_model_uri(uri: str, client: MlflowClient | None = None) -> str:
-    """`models:/name@alias` or `models:/name/<version>` -> that version's source (its S3 URI).
-
-    Anything else (an S3 URI, a path, a hub name) comes back unchanged.
+    """`models:/name@alias` or `models:/name/<version>` -> that version's stored checkpoint
+    (its `sparring.checkpoint` tag, else its source), for pipeline steps that read storage
+    directly. Anything else (an S3 URI, a path, a hub name) comes back unchanged.
     """
     if not uri.startswith("models:/"):
         return uri
@@ -277,10 +262,12 @@ def resolve_model_uri(uri: str, client: MlflowClient | None = None) -> str:
     client = client or connect()
     if "@" in ref:
         name, alias = ref.split("@", 1)
-        return client.get_model_version_by_alias(name, alias).source
-    name, _, version = ref.rpartition("/")
-    if not name or not version.isdigit():
-        raise ValueError(
-            f"Bad model URI {uri!r}: use models:/<name>@<alias> or models:/<name>/<n>."
-        )
-    return client.get_model_version(name, version).source
+        found = client.get_model_version_by_alias(name, alias)
+    else:
+        name, _, version = ref.rpartition("/")
+        if not name or not version.isdigit():
+            raise ValueError(
+                f"Bad model URI {uri!r}: use models:/<name>@<alias> or models:/<name>/<n>."
+            )
+        found = client.get_model_version(name, version)
+    return found.tags.get(CHECKPOINT_TAG) or found.source

@@ -253,6 +253,7 @@ def schedule(n: int, cfg: OptimConfig) -> list[list[int]]:
 
 
 MicroLoss = Callable[..., tuple[torch.Tensor, dict[str, float | torch.Tensor]]]
+OnStep = Callable[[int, dict[str, float]], None]  # (optimizer step, its metrics), e.g. to MLflow
 
 
 def optimize(
@@ -264,13 +265,15 @@ def optimize(
     micro_loss: MicroLoss,
     desc: str,
     actor_cfg: Any,
+    on_step: OnStep | None = None,
 ) -> dict[str, float]:
     """AdamW steps over the mini-batches in `plan`, accumulating grads over micro-batches.
 
     `micro_loss(model, micro_batch, rows, actor_cfg)` returns (loss, diagnostics). Losses are
     aggregated with verl's `agg_loss` against the whole mini-batch (`actor_cfg`, a verl
     `ActorConfig`, whose `global_batch_info` is set per mini-batch), so the accumulated
-    gradient is the mini-batch loss's gradient.
+    gradient is the mini-batch loss's gradient. `on_step(step, metrics)` gets each optimizer
+    step's loss, grad norm, token-weighted diagnostics and tokens/s as soon as it is taken.
     """
     params = policy_model.trainable_parameters(model)  # all weights, or only LoRA's
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -285,22 +288,22 @@ def optimize(
     weight, tokens, losses, norms = 0.0, 0, [], []
     t0 = time.perf_counter()
     bar = tqdm(plan, desc=desc, unit="step")
-    for mini in bar:
+    for step, mini in enumerate(bar):
         grpo.set_global_batch(actor_cfg, batch.select(mini).response_mask)
         opt.zero_grad(set_to_none=True)
-        loss_sum = 0.0
+        loss_sum, step_sums, step_weight, step_tokens, t_step = 0.0, {}, 0.0, 0, time.perf_counter()
         for rows in _chunks(mini, cfg.micro_batch_size):
             mb = batch.select(rows).to(device)
             with _autocast(cfg, device):
                 loss, diag = micro_loss(model, mb, rows, actor_cfg)
             loss.backward()
             loss_sum += float(loss.detach())
-            tokens += int(mb.attention_mask.sum())
+            step_tokens += int(mb.attention_mask.sum())
             w = float(mb.response_mask.sum())  # diagnostics are token-weighted means
-            weight += w
+            step_weight += w
             if w:
                 for k, v in diag.items():
-                    sums[k] = sums.get(k, 0.0) + float(v) * w
+                    step_sums[k] = step_sums.get(k, 0.0) + float(v) * w
         grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         if not torch.isfinite(grad_norm):
             raise FloatingPointError(f"grad norm is {grad_norm}; lower lr ({cfg.lr}) or check data")
@@ -308,6 +311,16 @@ def optimize(
         sched.step()
         losses.append(loss_sum)
         norms.append(float(grad_norm))
+        tokens, weight = tokens + step_tokens, weight + step_weight
+        for k, v in step_sums.items():
+            sums[k] = sums.get(k, 0.0) + v
+        if on_step is not None:
+            on_step(
+                step,
+                {k: v / max(step_weight, 1.0) for k, v in step_sums.items()}
+                | {"loss": loss_sum, "grad_norm": norms[-1]}
+                | {"tokens_per_second": step_tokens / (time.perf_counter() - t_step)},
+            )
         bar.set_postfix(loss=f"{loss_sum:.4f}", grad_norm=f"{norms[-1]:.3f}")
     seconds = time.perf_counter() - t0
     return {
@@ -380,6 +393,7 @@ def grpo_update(
     cfg: GRPOConfig,
     device: torch.device,
     ref_model: torch.nn.Module | None = None,
+    on_step: OnStep | None = None,
 ) -> dict[str, float]:
     """Steps 2, 3 and 5 on a loaded model: old/ref log-probs, then PPO epochs. Returns metrics."""
     plan = schedule(len(batch), cfg)
@@ -415,7 +429,7 @@ def grpo_update(
         return loss, diag
 
     # 5. PPO epochs
-    return optimize(model, batch, plan, cfg, device, micro_loss, "grpo", cfg.actor())
+    return optimize(model, batch, plan, cfg, device, micro_loss, "grpo", cfg.actor(), on_step)
 
 
 def train(
@@ -424,10 +438,12 @@ def train(
     out_dir: str | Path,
     cfg: GRPOConfig | None = None,
     ref_model_path: str | Path | None = None,
+    on_step: OnStep | None = None,
 ) -> TrainStats:
     """One GRPO update of `model_path` on rollout samples; writes a checkpoint to `out_dir`.
 
-    The reference policy for KL is `ref_model_path` if given, else `model_path` itself.
+    The reference policy for KL is `ref_model_path` if given, else `model_path` itself;
+    `on_step` sees every optimizer step's metrics (see `optimize`).
     """
     cfg = cfg or GRPOConfig()
     if ref_model_path is not None and cfg.kl_coef == 0:
@@ -446,6 +462,6 @@ def train(
     ref_model = None
     if ref_model_path:
         ref_model = load_model(ref_model_path, device, trainable=False, cfg=cfg)
-    metrics |= grpo_update(model, batch, advantages, cfg, device, ref_model)
+    metrics |= grpo_update(model, batch, advantages, cfg, device, ref_model, on_step)
     # 6. checkpoint
     return TrainStats(save_checkpoint(model, tokenizer, out_dir, metrics), metrics)

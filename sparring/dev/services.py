@@ -1,5 +1,6 @@
 """Local stand-ins for the services a cluster provides, for `sparring run` and the tests:
-a SeaweedFS S3 server and MLflow on sqlite, started only when the config names none."""
+a SeaweedFS S3 server and an MLflow server (sqlite, serving artifacts), started only when the
+config names none."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from sparring.dev.mlflowserver import MlflowServer
 from sparring.dev.s3server import S3Server
 from sparring.pipeline.config import PipelineConfig
 
@@ -33,25 +35,34 @@ def local_services(
     cfg: PipelineConfig, workdir: Path
 ) -> Iterator[tuple[PipelineConfig, Path | None]]:
     """Start what `cfg` needs but does not configure (S3, MLflow); yield the completed config
-    and the local S3 data folder (None if S3 or file storage is configured elsewhere)."""
-    update: dict[str, Any] = {}
-    if not (cfg.tracking.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")):
-        tracking = cfg.tracking.model_copy(
-            update={
-                "tracking_uri": f"sqlite:///{workdir / 'mlflow.db'}",
-                "artifact_location": (workdir / "mlartifacts").as_uri(),
-            }
-        )
-        update["tracking"] = tracking
+    and the local S3 data folder (None if S3 or file storage is configured elsewhere).
+
+    MLflow runs as `mlflow server --serve-artifacts` like the chart's (`<workdir>/mlflow`), its
+    artifact destination the storage bucket (or folder), so registered checkpoints load through
+    the server alone: `MLFLOW_TRACKING_URI` is all a client needs."""
+    root = cfg.storage.root
     endpoint = (
         cfg.storage.endpoint_url
         or os.environ.get("AWS_ENDPOINT_URL_S3")
         or os.environ.get("AWS_ENDPOINT_URL")
     )
-    if not cfg.storage.root.startswith("s3://") or endpoint:
-        yield cfg.model_copy(update=update), None
-        return
-    data = workdir / "s3"
-    with S3Server(data, buckets=[urlparse(cfg.storage.root).netloc]) as s3, _env(s3.env()):
-        print(f"[sparring] local S3 (SeaweedFS) at {s3.endpoint_url}, data in {data}")
+    with contextlib.ExitStack() as stack:
+        data = None
+        if root.startswith("s3://") and not endpoint:
+            data = workdir / "s3"
+            s3 = stack.enter_context(S3Server(data, buckets=[urlparse(root).netloc]))
+            stack.enter_context(_env(s3.env()))
+            print(f"[sparring] local S3 (SeaweedFS) at {s3.endpoint_url}, data in {data}")
+        update: dict[str, Any] = {}
+        if not (cfg.tracking.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")):
+            destination = (
+                f"s3://{urlparse(root).netloc}"
+                if root.startswith("s3://")
+                else str(Path(root.removeprefix("file://")).resolve())
+            )
+            server = stack.enter_context(MlflowServer(workdir / "mlflow", destination))
+            print(f"[sparring] local MLflow server at {server.url}, artifacts in {destination}")
+            update["tracking"] = cfg.tracking.model_copy(
+                update={"tracking_uri": server.url, "artifacts_destination": destination}
+            )
         yield cfg.model_copy(update=update), data

@@ -34,7 +34,7 @@ from sparring import recipe
 from sparring.pipeline import league, reports
 from sparring.pipeline.config import PipelineConfig
 from sparring.pipeline.io import log, run_uri, upload
-from sparring.rollout import build_policies, load_inits
+from sparring.rollout import RolloutConfig, build_policies, load_inits
 
 # Compute-time metrics the tasks report; the rest of the wall time is pipeline overhead.
 COMPUTE_METRICS = ("perf/rollout_seconds", "perf/train_seconds", "perf/eval_seconds")
@@ -105,6 +105,18 @@ def warm_start(
     ).metrics
 
 
+def iteration_plan(
+    cfg: PipelineConfig, train_inits: str, iteration: int, games: int
+) -> tuple[list[tuple[str, dict]], RolloutConfig]:
+    """The train states of `iteration` (`games / rollout.games_per_init`, rotating through the
+    list) and its rollout config (sampling seed = `rollout.sampling.seed + iteration`)."""
+    states = recipe.rotate(load_inits(train_inits), iteration, games // cfg.rollout.games_per_init)
+    sampling = cfg.rollout.sampling
+    seed = None if sampling.seed is None else sampling.seed + iteration
+    rcfg = cfg.rollout.model_copy(update={"sampling": sampling.model_copy(update={"seed": seed})})
+    return states, rcfg
+
+
 def rollout(
     cfg: PipelineConfig,
     model_dir: str,
@@ -122,10 +134,7 @@ def rollout(
     (`schedule`, else the stored one), seats the games, moves with the learner's rewards and
     is saved in `out_dir`; seated `past-<k>` opponents are loaded from storage."""
     n = games // cfg.rollout.games_per_init
-    states = recipe.rotate(load_inits(train_inits), iteration, n)
-    sampling = cfg.rollout.sampling
-    seed = None if sampling.seed is None else sampling.seed + iteration
-    rcfg = cfg.rollout.model_copy(update={"sampling": sampling.model_copy(update={"seed": seed})})
+    states, rcfg = iteration_plan(cfg, train_inits, iteration, games)
     mix = (
         league.opponent_mix(cfg, n, iteration, run_name, schedule) if cfg.opponents.mixed else None
     )
@@ -160,10 +169,20 @@ def train(
     samples: str,
     out_dir: str | Path,
     ref_model_dir: str | None = None,
+    parent_run_id: str | None = None,
+    iteration: int = 0,
 ) -> dict[str, float]:
     """GRPO on one rollout's samples (`sparring.recipe.grpo_step`); a HF checkpoint in
-    `out_dir`, unchanged when there is no learning signal (`train/no_signal` = 1)."""
-    return recipe.grpo_step(model_dir, samples, out_dir, cfg.grpo_config(), ref_model_dir).metrics
+    `out_dir`, unchanged when there is no learning signal (`train/no_signal` = 1). With
+    `parent_run_id`, every optimizer step's `train_step/*` metrics go to the iteration's MLflow
+    run while it trains."""
+    on_step = None
+    if parent_run_id:
+        from sparring.tracking import PipelineRun
+
+        on_step = PipelineRun.attach(parent_run_id, cfg.tracking).step_logger(iteration)
+    gcfg = cfg.grpo_config()
+    return recipe.grpo_step(model_dir, samples, out_dir, gcfg, ref_model_dir, on_step).metrics
 
 
 def evaluate(
@@ -211,40 +230,61 @@ def register(
     model_dir: str,
     metrics: dict[str, float],
     artifacts: list[str | Path] = (),  # type: ignore[assignment]
+    kfp_run_id: str | None = None,
 ) -> Registered:
-    """Upload + verify the checkpoint, log the iteration's metrics and artifacts to its MLflow
-    child run, and register the checkpoint (scored by `cfg.champion_metric`).
-
-    The upload comes first: if S3 fails, nothing is logged or registered.
+    """Log the iteration's metrics, artifacts and input datasets to its MLflow child run, then
+    store the checkpoint once, as an MLflow model, and register it (`sparring.registry.publish`,
+    scored by `cfg.champion_metric`). Safe to retry: a rerun finds the version it registered.
+    If storage fails, nothing is registered.
     """
-    from sparring.tracking import PipelineRun, register_checkpoint
+    from sparring import registry, storage
+    from sparring.tracking import PipelineRun
 
-    uri = upload(cfg, model_dir, run_uri(cfg, run_name, iteration, "checkpoint"))
-    run = PipelineRun.attach(parent_run_id, cfg.tracking)
-    run.log_metrics(iteration, metrics)
-    for path in artifacts:
-        run.log_artifact(path, iteration)
     evals = {k: v for k, v in metrics.items() if k.startswith("eval/")}
     if cfg.champion_metric not in evals:
         raise KeyError(
             f"champion_metric {cfg.champion_metric!r} not in eval metrics {sorted(evals)}"
         )
-    reg = register_checkpoint(
+    run = PipelineRun.attach(parent_run_id, cfg.tracking)
+    game, group_key = cfg.game.name, cfg.grpo_config().group_key
+    tags = {"parent_run_id": parent_run_id, "game": game, "group_key": group_key}
+    if kfp_run_id:
+        tags["kfp_run_id"] = kfp_run_id
+    reg = registry.publish(
+        run.client,
         cfg.registered_model,
-        uri,
-        run.iteration_run(iteration),
-        iteration,
-        evals,
-        evals[cfg.champion_metric],
-        client=run.client,
+        model_dir,
+        run_id=run.iteration_run(iteration),
+        iteration=iteration,
+        metrics=evals,
+        score=evals[cfg.champion_metric],
+        fallback_uri=run_uri(cfg, run_name, iteration, "checkpoint"),
+        artifacts_destination=cfg.tracking.artifacts_destination,
+        tags=tags,
+        facts={"base model": cfg.model, "game": game, "group key": group_key, "run": run_name},
+        parent_run_id=parent_run_id,
         storage_config=cfg.storage.client_config(),
     )
+    run.log_metrics(iteration, {k: v for k, v in metrics.items() if k not in evals})
+    for path in artifacts:
+        run.log_artifact(path, iteration)
+    for folder, file, name in [
+        ("inits", "train.parquet", "game-init-train"),
+        (f"{iteration}/rollout", "samples.parquet", f"samples-{iteration}"),
+    ]:
+        try:  # the manifest's sha256 is the digest; verl-backend runs have no rollout folder
+            entries = storage.verify(run_uri(cfg, run_name, folder), cfg.storage.client_config())
+        except storage.VerifyError:
+            continue
+        digest = next((e.sha256 for e in entries if e.path == file), None)
+        if digest:
+            run.log_dataset(iteration, f"{run_uri(cfg, run_name, folder)}/{file}", name, digest)
     run.finish()  # ends the child run; the parent stays open until `finish`
     log(
-        f"iteration {iteration}: registered {cfg.registered_model} v{reg.version} "
-        f"(champion: v{reg.champion_version})"
+        f"iteration {iteration}: stored {reg.checkpoint_uri}, registered {cfg.registered_model} "
+        f"v{reg.version} (champion: v{reg.champion_version})"
     )
-    return Registered(uri, reg.version, reg.champion_version)
+    return Registered(reg.checkpoint_uri, reg.version, reg.champion_version)
 
 
 def finish(cfg: PipelineConfig, job_id: str, job_name: str = "", failed: bool = False) -> str:

@@ -1,0 +1,107 @@
+"""A local MLflow tracking server run the way the Helm chart runs it: `mlflow server
+--serve-artifacts`, so clients reach artifacts through its `mlflow-artifacts:` proxy and need
+only `MLFLOW_TRACKING_URI`. For tests and the embedded default of `sparring run`.
+
+    with MlflowServer(workdir, "s3://sparring", env=s3.env()) as server:
+        os.environ["MLFLOW_TRACKING_URI"] = server.url
+        mlflow.transformers.load_model("models:/sparring-matching@champion")
+
+The registry and runs live in `<workdir>/mlflow.db` (sqlite); `mlflow-artifacts:/<path>` is
+`<destination>/<path>`, and run/model artifacts go under `mlflow-artifacts:/mlflow`. The
+server binds 127.0.0.1 on a free port; `stop()` ends its whole process group (uvicorn workers).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+import requests
+
+from sparring.dev.s3server import free_ports
+
+ARTIFACT_ROOT = "mlflow-artifacts:/mlflow"  # run and logged-model artifacts, under destination
+
+
+class MlflowServerError(RuntimeError):
+    """The local MLflow server did not start."""
+
+
+class MlflowServer:
+    """`mlflow server` on sqlite with `--serve-artifacts` to `destination` (s3:// or a path).
+
+    `env` adds to the server's environment, e.g. the S3 endpoint and credentials
+    (`AWS_ENDPOINT_URL` is passed on as MLflow's `MLFLOW_S3_ENDPOINT_URL`).
+    """
+
+    def __init__(
+        self, workdir: str | Path, destination: str, env: dict[str, str] | None = None
+    ) -> None:
+        self.workdir = Path(workdir)
+        self.destination = destination
+        self.env = dict(env or {})
+        self.port = free_ports(1)[0]
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "mlflow-server.log"
+
+    def start(self, timeout: float = 90.0) -> MlflowServer:
+        """Start the server and wait until `/health` answers."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **self.env, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        if endpoint := env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL"):
+            env["MLFLOW_S3_ENDPOINT_URL"] = endpoint
+        cmd = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1"]
+        cmd += ["--port", str(self.port), "--workers", "1"]
+        cmd += ["--backend-store-uri", f"sqlite:///{self.workdir / 'mlflow.db'}"]
+        cmd += ["--serve-artifacts", "--artifacts-destination", self.destination]
+        cmd += ["--default-artifact-root", ARTIFACT_ROOT]
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if requests.get(f"{self.url}/health", timeout=1).ok:
+                    return self
+            except requests.RequestException:  # not listening yet
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                tail = self.log_path.read_text(errors="replace")[-2000:]
+                raise MlflowServerError(f"mlflow server did not start; its log ends:\n{tail}")
+            time.sleep(0.2)
+
+    def stop(self, grace: float = 15.0) -> None:
+        """SIGTERM the server's process group, then SIGKILL after `grace` seconds."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def __enter__(self) -> MlflowServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

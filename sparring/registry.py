@@ -1,0 +1,297 @@
+"""The model registry: every registered version is an MLflow model a downstream user loads.
+
+    reg = publish(client, "sparring-matching", "out/ckpt", run_id=child, iteration=0,
+                  metrics={"eval/...": 0.41}, score=0.41, fallback_uri="s3://.../0/checkpoint",
+                  artifacts_destination="s3://sparring")
+    mlflow.transformers.load_model("models:/sparring-matching@champion")   # a chat pipeline
+    mlflow.pyfunc.load_model("models:/sparring-matching@champion")         # llm/v1/chat
+
+A stored checkpoint is both a Hugging Face folder (weights, config and tokenizer at the top,
+which the pipeline's steps load) and an MLflow `transformers` model: its `MLmodel` points the
+flavour's `model_binary` at that same folder (`.`), and MLflow reads the tokenizer (with its
+chat template) from `components/tokenizer`, a small copy. The weights are stored once.
+
+Where: the MLflow server only registers `mlflow-artifacts:` sources inside a run's or logged
+model's artifact folder, so when the server's `--artifacts-destination` is known the
+checkpoint is uploaded (with sparring.storage, manifest last) straight into its logged model's
+folder in that storage; the version's source is `models:/<model_id>` and clients need only
+`MLFLOW_TRACKING_URI`. Otherwise (e.g. a sqlite store) it goes to the pipeline's checkpoint URI,
+which is then the version's source. Either way the version's `sparring.checkpoint` tag is the
+verified storage URI.
+
+`publish`, safe to retry:
+  1. a version for this run's iteration exists (a retried task): return it, create nothing;
+  2. find or create the iteration's logged model (PENDING), upload into it (write-once,
+     resumable) and `storage.verify` it: a failure leaves it PENDING and registers nothing;
+  3. log the eval metrics against it (`model_id`), then finalize it READY;
+  4. create the version from a READY logged model only, tagged and described (model card);
+  5. move `champion` if the score beats the champion's: compare-and-set against the version the
+     decision was made on (`move_champion`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import NamedTuple
+
+from mlflow.entities import Metric
+from mlflow.entities.logged_model_status import LoggedModelStatus
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from sparring import storage
+from sparring.tracking import CHAMPION, CHECKPOINT_TAG, champion
+
+MODEL_ID_TAG = "sparring.model_id"  # the version's logged model (search results omit model_id)
+INFERENCE_TASK = "llm/v1/chat"  # pyfunc takes {"messages": [...]} and returns chat.completion
+_TOKENIZER_DIR = "components/tokenizer"  # where MLflow's transformers flavour reads it
+
+
+class NotRegisteredError(RuntimeError):
+    """Registration refused: the logged model is not READY (half-written) or failed."""
+
+
+class Registration(NamedTuple):
+    """What `register_checkpoint` did (or found, on a retry)."""
+
+    version: str  # the model version of this checkpoint
+    model_id: str  # its MLflow 3 logged model
+    checkpoint_uri: str  # where the checkpoint (an MLflow model) is stored, verified
+    is_champion: bool  # whether `champion` points at it afterwards
+    champion_version: str  # where `champion` points afterwards
+    champion_score: float  # the champion's score afterwards
+
+
+# -- packaging ---------------------------------------------------------------------------------
+
+
+def stage_mlflow_model(checkpoint: str | Path, out_dir: str | Path) -> Path:
+    """`out_dir` = the HF checkpoint as an MLflow transformers model, ready to upload: links to
+    every checkpoint file (no weight is copied), the tokenizer again under
+    `components/tokenizer`, and `MLmodel` + `requirements.txt` + `python_env.yaml`."""
+    import mlflow
+    import torch
+    import transformers
+    from mlflow.models import Model
+    from mlflow.pyfunc import add_to_model
+    from mlflow.transformers.llm_inference_utils import _SIGNATURE_FOR_LLM_INFERENCE_TASK
+    from mlflow.utils.environment import _PythonEnv
+
+    src, out = Path(checkpoint).resolve(), Path(out_dir)
+    for path in sorted(p for p in src.rglob("*") if p.is_file()):
+        link = out / path.relative_to(src)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(path)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(src)
+    if not tokenizer.chat_template:
+        raise ValueError(f"{src} has no chat template: MLflow's chat task needs one")
+    tokenizer.save_pretrained(out / _TOKENIZER_DIR)
+    config = json.loads((src / "config.json").read_text())
+    dtype = config.get("dtype") or config.get("torch_dtype") or "float32"
+    files = sorted(
+        (str(p.relative_to(src)), p.stat().st_size) for p in src.rglob("*") if p.is_file()
+    )
+    model = Model(  # the same checkpoint stages the same bytes: a retried upload is a no-op
+        metadata={"task": INFERENCE_TASK},
+        signature=_SIGNATURE_FOR_LLM_INFERENCE_TASK[INFERENCE_TASK],
+        model_uuid=hashlib.sha256(repr(files).encode()).hexdigest()[:32],
+        utc_time_created=time.strftime(
+            "%Y-%m-%d %H:%M:%S", time.gmtime((src / "config.json").stat().st_mtime)
+        ),
+    )
+    model.add_flavor(
+        "transformers",
+        task="text-generation",
+        inference_task=INFERENCE_TASK,
+        instance_type="TextGenerationPipeline",
+        pipeline_model_type=config["architectures"][0],
+        source_model_name=config.get("_name_or_path") or src.name,
+        model_binary=".",  # the weights are the checkpoint's own files, not a copy
+        components=["tokenizer"],
+        tokenizer_type=type(tokenizer).__name__,
+        torch_dtype=f"torch.{dtype}",
+        framework="pt",
+        transformers_version=transformers.__version__,
+    )
+    add_to_model(model, loader_module="mlflow.transformers", python_env="python_env.yaml")
+    (out / "requirements.txt").write_text(
+        f"mlflow=={mlflow.__version__}\ntransformers=={transformers.__version__}\n"
+        f"torch=={torch.__version__.split('+')[0]}\n"
+    )
+    python = ".".join(map(str, sys.version_info[:3]))
+    _PythonEnv(python, ["pip"], ["-r requirements.txt"]).to_yaml(out / "python_env.yaml")
+    model.save(out / "MLmodel")
+    return out
+
+
+# -- registration ------------------------------------------------------------------------------
+
+
+def model_card(
+    name: str, version: str, facts: Mapping[str, str], metrics: Mapping[str, float]
+) -> str:
+    """The version's description (Markdown): what it is, its eval table, how to load it."""
+    rows = "\n".join(f"| {k} | {facts[k]} |" for k in facts)
+    evals = "\n".join(f"| {k} | {v:.4f} |" for k, v in sorted(metrics.items()))
+    uri = f"models:/{name}/{version}"
+    return (
+        f"# {name} v{version}\n\n| | |\n|---|---|\n{rows}\n\n"
+        f"## Evaluation\n\n| metric | value |\n|---|---|\n{evals}\n\n"
+        "## Load it (only `MLFLOW_TRACKING_URI` needed)\n\n"
+        f'```python\nimport mlflow\nchat = mlflow.transformers.load_model("{uri}")\n'
+        f'chat([{{"role": "user", "content": "..."}}], max_new_tokens=256)\n'
+        f'model = mlflow.pyfunc.load_model("{uri}")\n'
+        f'model.predict({{"messages": [{{"role": "user", "content": "..."}}]}})\n'
+        f'path = mlflow.artifacts.download_artifacts("{uri}")  # a plain HF folder\n```\n'
+    )
+
+
+def _find_version(client: MlflowClient, name: str, run_id: str, iteration: int):
+    """The version a previous try registered for this run's iteration, if any."""
+    for v in client.search_model_versions(f"name = '{name}' and run_id = '{run_id}'"):
+        if v.tags.get("iteration") == str(iteration):
+            return v
+    return None
+
+
+def _logged_model(client: MlflowClient, run_id: str, iteration: int):
+    """The run's logged model for `iteration`: found (a retry; PENDING if it died) or new."""
+    run = client.get_run(run_id)
+    for model in client.search_logged_models([run.info.experiment_id]):
+        if model.source_run_id == run_id and model.tags.get("iteration") == str(iteration):
+            return model
+    return client.create_logged_model(
+        run.info.experiment_id,
+        name=f"iteration-{iteration}",
+        source_run_id=run_id,
+        tags={"iteration": str(iteration)},
+        model_type="transformers",
+    )
+
+
+def storage_uri(artifact_location: str, artifacts_destination: str | None) -> str | None:
+    """Where `mlflow-artifacts:/<path>` is stored (`<destination>/<path>`), or None when the
+    server's destination is not known."""
+    if not artifacts_destination or not artifact_location.startswith("mlflow-artifacts:"):
+        return None
+    path = artifact_location.removeprefix("mlflow-artifacts:").lstrip("/")
+    return f"{artifacts_destination.rstrip('/')}/{path}"
+
+
+def ready_model_id(client: MlflowClient, model_id: str) -> str:
+    """`model_id` if its logged model is READY, else NotRegisteredError: a PENDING model is
+    half-written (its task died before its upload was verified)."""
+    status = client.get_logged_model(model_id).status
+    if status != LoggedModelStatus.READY:
+        raise NotRegisteredError(
+            f"logged model {model_id} is {status}, not READY: only a verified checkpoint is "
+            "registered; rerun the register step to finish and verify its upload"
+        )
+    return model_id
+
+
+def move_champion(client: MlflowClient, name: str, version: str, expected: str | None) -> bool:
+    """Point `champion` at `version` if it still points at `expected` (None = no champion),
+    the version the decision was made against; False (nothing moved) if it has moved since."""
+    current = champion(name, client)
+    if (None if current is None else str(current.version)) != expected:
+        return False
+    client.set_registered_model_alias(name, CHAMPION, version)
+    return True
+
+
+def publish(
+    client: MlflowClient,
+    model_name: str,
+    checkpoint: str | Path,
+    *,
+    run_id: str,
+    iteration: int,
+    metrics: Mapping[str, float],
+    score: float,
+    fallback_uri: str,
+    artifacts_destination: str | None = None,
+    tags: Mapping[str, str] | None = None,
+    facts: Mapping[str, str] | None = None,
+    parent_run_id: str | None = None,
+    storage_config: storage.StorageConfig | None = None,
+) -> Registration:
+    """Store the local `checkpoint` once as an MLflow model and register it (steps 1-5 of the
+    module docstring).
+
+    It goes into its logged model's own folder when the server's `artifacts_destination` is
+    known (the version's source is then `models:/<model_id>`, served by the proxy), else to
+    `fallback_uri` (source = that URI). `run_id` is the iteration's run; `metrics` (eval) are
+    logged to it against the logged model at step `iteration` (and to `parent_run_id` for the
+    curve across iterations); `tags` and `facts` (the model card's table) describe the version.
+    The champion has the highest `score` (ties keep it).
+    """
+    # 1. a retry finds the version it made
+    if (found := _find_version(client, model_name, run_id, iteration)) is not None:
+        uri = found.tags[CHECKPOINT_TAG]
+        model_id = found.tags[MODEL_ID_TAG]
+        return _champion_state(client, model_name, str(found.version), model_id, uri)
+    try:
+        client.create_registered_model(model_name)
+    except MlflowException as e:
+        if e.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+    # 2. upload into the (PENDING) logged model; nothing is registered unless storage verifies it
+    model = _logged_model(client, run_id, iteration)
+    uri = storage_uri(model.artifact_location, artifacts_destination) or fallback_uri
+    with tempfile.TemporaryDirectory(prefix="sparring-mlmodel-") as tmp:
+        storage.upload_dir(stage_mlflow_model(checkpoint, tmp), uri, storage_config, True)
+    storage.verify(uri, storage_config)
+    # 3. metrics against the logged model, which is READY only now
+    now = int(time.time() * 1000)
+    batch = [Metric(k, float(v), now, iteration, model.model_id) for k, v in metrics.items()]
+    client.log_batch(run_id, metrics=batch)
+    if parent_run_id:
+        batch = [Metric(k, float(v), now, iteration) for k, v in metrics.items()]
+        client.log_batch(parent_run_id, metrics=batch)
+    client.set_logged_model_tags(model.model_id, {CHECKPOINT_TAG: uri})
+    client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
+    # 4. the version, from a READY logged model only
+    version_tags = {CHECKPOINT_TAG: uri, MODEL_ID_TAG: model.model_id, "iteration": str(iteration)}
+    version_tags["score"] = repr(float(score))
+    version = str(
+        client.create_model_version(
+            model_name,
+            source=f"models:/{model.model_id}" if uri != fallback_uri else uri,
+            run_id=run_id,
+            tags=version_tags | dict(tags or {}),
+            model_id=ready_model_id(client, model.model_id),
+        ).version
+    )
+    card = model_card(model_name, version, {"iteration": str(iteration), **(facts or {})}, metrics)
+    client.update_model_version(model_name, version, description=card)
+    # 5. champion: compare-and-set against the champion the decision was made on
+    for _ in range(3):
+        current = champion(model_name, client)
+        best = float(current.tags.get("score", "-inf")) if current else float("-inf")
+        if float(score) <= best or move_champion(
+            client, model_name, version, current and str(current.version)
+        ):
+            break
+    return _champion_state(client, model_name, version, model.model_id, uri)
+
+
+def _champion_state(
+    client: MlflowClient, name: str, version: str, model_id: str, uri: str
+) -> Registration:
+    current = champion(name, client)
+    assert current is not None, f"{name} has versions but no champion"
+    return Registration(
+        version,
+        model_id,
+        uri,
+        str(current.version) == version,
+        str(current.version),
+        float(current.tags["score"]),
+    )

@@ -1,0 +1,198 @@
+"""The registry as a downstream user meets it: a real `mlflow server --serve-artifacts` whose
+artifact destination is a real SeaweedFS bucket, the tiny model trained by the pipeline's own
+train step, and a fresh Python process with only MLFLOW_TRACKING_URI that loads the champion
+with MLflow's transformers and pyfunc loaders. Mocks only inject crashes a real run can't
+produce on demand."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from sample_frames import make_samples
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from sparring import storage
+from sparring.dev.mlflowserver import MlflowServer
+from sparring.games import make_game
+from sparring.pipeline import tasks
+from sparring.pipeline.config import PipelineConfig
+from sparring.pipeline.io import run_uri, upload
+from sparring.registry import MODEL_ID_TAG
+from sparring.tracking import CHECKPOINT_TAG, PipelineRun, connect
+
+EVALS = {"eval/selfplay/all/normalized_reward": 0.5, "eval/vs_scripted/all/normalized_reward": 0.25}
+NEW_TOKENS = 6
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(s3_server, tmp_path_factory):
+    """The chart's way: artifacts proxied to the bucket, run artifacts under `mlflow/`."""
+    with MlflowServer(tmp_path_factory.mktemp("mlflow"), "s3://sparring", s3_server.env()) as srv:
+        yield srv
+
+
+@pytest.fixture
+def cfg(s3_server, mlflow_server, tiny_model_dir, monkeypatch) -> PipelineConfig:
+    for key, value in s3_server.env().items():
+        monkeypatch.setenv(key, value)
+    tag = uuid.uuid4().hex[:6]
+    return PipelineConfig.model_validate(
+        {
+            "game": {"params": {"k": 3}},
+            "model": str(tiny_model_dir),
+            "device": "cpu",
+            "storage": {"root": f"s3://sparring/registry-{tag}"},
+            "tracking": {
+                "tracking_uri": mlflow_server.url,
+                "experiment": f"registry-{tag}",
+                "artifacts_destination": "s3://sparring",
+            },
+            "train": {
+                "group_key": "batch",
+                "param_dtype": "bfloat16",
+                "mini_batch_size": 2,
+                "micro_batch_size": 1,
+            },
+            "registered_model": f"registry-{tag}",
+            "champion_metric": "eval/selfplay/all/normalized_reward",
+        }
+    )
+
+
+def trained_iteration(cfg: PipelineConfig, tmp_path: Path, run: str) -> tuple[str, Path]:
+    """A parent run, game-init and samples in storage, and one GRPO step of the tiny model
+    logged live to MLflow: (parent run id, the trained checkpoint)."""
+    parent = PipelineRun.start(cfg.tracking, run).run_id
+    tasks.game_init(cfg, tmp_path / "inits", run)
+    (tmp_path / "rollout").mkdir()
+    samples = tmp_path / "rollout" / "samples.parquet"
+    make_samples(AutoTokenizer.from_pretrained(cfg.model), [1.0, 0.0, 0.5, 0.25]).to_parquet(
+        samples
+    )
+    upload(cfg, tmp_path / "rollout", run_uri(cfg, run, 0, "rollout"))
+    out = tmp_path / "trained"
+    metrics = tasks.train(cfg, cfg.model, str(samples), out, parent_run_id=parent, iteration=0)
+    assert metrics["train/no_signal"] == 0 and metrics["train/optimizer_steps"] == 2
+    return parent, out
+
+
+def tensors_digest(state: dict[str, torch.Tensor]) -> dict[str, list]:
+    """name -> [dtype, sha256 of the raw bytes] for every tensor."""
+    import hashlib
+
+    return {
+        k: [str(t.dtype), hashlib.sha256(t.contiguous().view(torch.uint8).numpy()).hexdigest()]
+        for k, t in sorted(state.items())
+    }
+
+
+LOADER = """
+import hashlib, json, os, sys
+import mlflow, torch
+uri, messages, n = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
+assert set(os.environ) & {"AWS_ACCESS_KEY_ID", "AWS_ENDPOINT_URL", "MLFLOW_S3_ENDPOINT_URL"} == set()
+chat = mlflow.transformers.load_model(uri)
+reply = chat(messages, max_new_tokens=n, do_sample=False)[0]["generated_text"][-1]
+digest = {k: [str(t.dtype), hashlib.sha256(t.contiguous().view(torch.uint8).numpy()).hexdigest()]
+          for k, t in sorted(chat.model.state_dict().items())}
+out = mlflow.pyfunc.load_model(uri).predict({"messages": messages, "max_tokens": n})[0]
+print(json.dumps({"reply": reply, "digest": digest, "pyfunc": out}))
+"""
+
+
+def test_champion_loads_through_the_server_alone(cfg, mlflow_server, s3_server, tmp_path):
+    run = "r-" + uuid.uuid4().hex[:6]
+    parent, trained = trained_iteration(cfg, tmp_path, run)
+    client = connect(cfg.tracking)
+    child = PipelineRun.attach(parent, cfg.tracking).iteration_run(0)
+
+    # live curve: one point per optimizer step, logged by the train step itself
+    for name in ("loss", "grad_norm", "entropy", "pg_clipfrac", "tokens_per_second"):
+        assert [m.step for m in client.get_metric_history(child, f"train_step/{name}")] == [0, 1]
+
+    done = tasks.register(cfg, parent, run, 0, str(trained), EVALS, kfp_run_id="kfp-run-1")
+    # a retried register task finds its version: no duplicate
+    again = tasks.register(cfg, parent, run, 0, str(trained), EVALS, kfp_run_id="kfp-run-1")
+    assert again == done and done.version == "1"
+    assert len(client.search_model_versions(f"name = '{cfg.registered_model}'")) == 1
+    version = client.get_model_version(cfg.registered_model, "1")
+    # stored once, in the logged model's own folder, which the server proxies
+    model = client.get_logged_model(version.tags[MODEL_ID_TAG])
+    assert version.source == f"models:/{model.model_id}"
+    uri = version.tags[CHECKPOINT_TAG]
+    assert uri == "s3://sparring/" + model.artifact_location.removeprefix("mlflow-artifacts:/")
+    assert done.checkpoint_uri == uri
+    tags = {k: version.tags[k] for k in ("parent_run_id", "kfp_run_id", "group_key", "game")}
+    assert tags == {
+        "parent_run_id": parent,
+        "kfp_run_id": "kfp-run-1",
+        "group_key": "batch",
+        "game": "matching",
+    }
+    assert "| eval/selfplay/all/normalized_reward | 0.5000 |" in version.description
+    assert f'mlflow.pyfunc.load_model("models:/{cfg.registered_model}/1")' in version.description
+
+    # the version is linked to a READY logged model carrying the eval metrics as numbers
+    assert model.status == "READY" and model.source_run_id == child
+    assert {m.key: m.value for m in model.metrics} == EVALS
+    # lineage: the game-init split and the samples, with their stored sha256 as digest
+    inputs = client.get_run(child).inputs.dataset_inputs
+    digests = {e.path: e.sha256 for e in storage.verify(run_uri(cfg, run, "inits"))}
+    assert {d.dataset.name: d.dataset.digest for d in inputs} == {
+        "game-init-train": digests["train.parquet"][:36],
+        "samples-0": storage.verify(run_uri(cfg, run, 0, "rollout"))[0].sha256[:36],
+    }
+    # the weights are stored once: the stored checkpoint is the MLflow model
+    stored = {e.path for e in storage.verify(uri, deep=True)}
+    assert {"MLmodel", "model.safetensors", "components/tokenizer/tokenizer.json"} <= stored
+    experiment = model.artifact_location.removeprefix("mlflow-artifacts:/").split("/models/")[0]
+    ours = (cfg.storage.root.removeprefix("s3://sparring/"), experiment + "/")
+    listing = s3_server.client().list_objects_v2(Bucket="sparring")["Contents"]
+    weights = [o["Key"] for o in listing if o["Key"].endswith(".safetensors")]
+    weights = [k for k in weights if k.startswith(ours)]
+    assert weights == [f"{uri.removeprefix('s3://sparring/')}/model.safetensors"]
+
+    # a fresh process with only MLFLOW_TRACKING_URI: both loaders, the matching game's chat
+    game = make_game("matching", k=3)
+    game.reset(game.generate_state(0))
+    messages = game.messages(0)
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "MLFLOW_TRACKING_URI": mlflow_server.url,
+    }
+    env["HF_HUB_OFFLINE"] = "1"
+    champion = f"models:/{cfg.registered_model}@champion"
+    proc = subprocess.run(
+        [sys.executable, "-c", LOADER, champion, json.dumps(messages), str(NEW_TOKENS)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+
+    # same weights, same dtype, bit for bit, as the checkpoint the train step wrote
+    saved = tensors_digest(load_file(trained / "model.safetensors"))
+    assert {k: got["digest"][k] for k in saved} == saved
+    assert {d for d, _ in got["digest"].values()} == {"torch.bfloat16"}  # the training dtype
+    # the pipeline replies with what the trained policy generates greedily under the chat template
+    tok = AutoTokenizer.from_pretrained(trained)
+    prompt = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt")
+    ids = prompt["input_ids"] if hasattr(prompt, "keys") else prompt
+    policy = AutoModelForCausalLM.from_pretrained(trained, dtype=torch.bfloat16)
+    out = policy.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False)
+    expected = tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+    assert got["reply"] == {"role": "assistant", "content": expected}
+    assert got["pyfunc"]["object"] == "chat.completion"
+    assert got["pyfunc"]["choices"][0]["message"]["role"] == "assistant"
+    assert got["pyfunc"]["usage"]["completion_tokens"] <= NEW_TOKENS
