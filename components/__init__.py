@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 from kfp import dsl
 
-from . import evaluate, game_init, model, register, rollout, run, train
+from . import evaluate, game_init, model, register, rollout, run, shards, train
 
 
 class Components(NamedTuple):
@@ -20,6 +20,8 @@ class Components(NamedTuple):
     initial_model: object
     warm_start: object
     rollout: object
+    rollout_shard: object
+    merge_rollouts: object
     train: object
     verl_train: object
     evaluate: object
@@ -44,6 +46,8 @@ def make_components(k8s) -> Components:
         initial_model=on(model.initial_model),
         warm_start=on(model.warm_start, k8s.train_gpus),
         rollout=on(rollout.rollout, k8s.rollout_gpus),
+        rollout_shard=on(shards.rollout_shard, k8s.rollout_gpus),
+        merge_rollouts=on(shards.merge_rollouts),
         train=on(train.train, k8s.train_gpus),
         verl_train=on(train.train_verl, gpus=1),  # verl always runs on GPUs: the -gpu image
         evaluate=on(evaluate.evaluate, k8s.eval_gpus),

@@ -13,8 +13,10 @@ first gets the previous one's difficulty schedule (`opponents`, sparring.pipelin
 the pool names earlier checkpoints (`past-<k>`), rollout i also waits for register i-k-1 of the
 smallest k, whose stored checkpoint it loads. With
 `train_backend: verl` an iteration is verl-train → evaluate → register instead: one task on
-`verl.n_gpus_per_node` GPUs plays and trains inside verl (sparring.verl_backend.task). The IR grows by about
-26 KB per iteration: for long campaigns use `pipelines.driver`, one run per block.
+`verl.n_gpus_per_node` GPUs plays and trains inside verl (sparring.verl_backend.task). With
+`rollout.shards: N` each rollout is N shard tasks in a `ParallelFor` (one slice of the initial
+states each, `kubernetes.rollout_gpus` apiece) and a merge task (sparring.pipeline.shards).
+The IR grows by about 26 KB per iteration: for long campaigns use `pipelines.driver`, one run per block.
 """
 
 from typing import NamedTuple
@@ -170,19 +172,36 @@ def build_pipeline(cfg: PipelineConfig):
                     )
                     samples, rollout_metrics = tr.outputs["data"], tr.outputs["metrics"]
                 else:
-                    ro = task(
-                        c.rollout,
-                        f"rollout-{i}",
-                        k8s.rollout_gpus,
-                        config=config,
-                        model=model,
-                        inits=inits,
-                        iteration=i,
-                        games=games_per_iteration,
-                        run_name=run_name,
-                        **schedule,
-                    )
-                    schedule = {"previous_schedule": ro.outputs["schedule"]}  # carried on
+                    play = {"config": config, "model": model, "inits": inits, "iteration": i}
+                    play["games"] = games_per_iteration
+                    if cfg.rollout.shards > 1:  # fan out by initial state, then merge
+                        shards = list(range(cfg.rollout.shards))
+                        with dsl.ParallelFor(shards, name=f"rollout-shards-{i}") as shard:
+                            part = task(
+                                c.rollout_shard,
+                                f"rollout-{i}-shard",
+                                k8s.rollout_gpus,
+                                shard=shard,
+                                **play,
+                            )
+                        ro = task(
+                            c.merge_rollouts,
+                            f"rollout-{i}",
+                            config=config,
+                            shards=dsl.Collected(part.outputs["samples"]),
+                            iteration=i,
+                            run_name=run_name,
+                        )
+                    else:
+                        ro = task(
+                            c.rollout,
+                            f"rollout-{i}",
+                            k8s.rollout_gpus,
+                            run_name=run_name,
+                            **play,
+                            **schedule,
+                        )
+                        schedule = {"previous_schedule": ro.outputs["schedule"]}  # carried on
                     if past and i - past[0] - 1 in registers:
                         ro.after(registers[i - past[0] - 1])
                     tr = task(

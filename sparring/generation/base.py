@@ -7,6 +7,7 @@ them. A second backend (SGLang) only has to implement `generate`.
 
 from __future__ import annotations
 
+import zlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -25,6 +26,18 @@ class SamplingParams(BaseModel):
     seed: int | None = 0
     """Seed of one generate call (None = unseeded). The rollout derives one per step from
     its base seed, so a whole rollout repeats exactly."""
+
+
+def row_seeds(seed: int | None, n: int, sessions: list[str] | None = None) -> list[int | None]:
+    """Per-prompt seeds of one generate call of `n` prompts. With `sessions` each prompt's seed
+    comes from the call's seed and its session (one per game seat), so a game's draws do not
+    depend on which other games share the batch: a rollout split into shards repeats the
+    single-task rollout exactly. Without sessions prompt i gets `seed + i`."""
+    if seed is None:
+        return [None] * n
+    if sessions is None:
+        return [seed + i for i in range(n)]
+    return [zlib.crc32(f"{seed}/{s}".encode()) for s in sessions]
 
 
 @dataclass

@@ -32,7 +32,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, Stat
 from transformers.cache_utils import Cache
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
-from sparring.generation.base import Completion, GenerationBackend, SamplingParams
+from sparring.generation.base import Completion, GenerationBackend, SamplingParams, row_seeds
 from sparring.generation.stops import trim_reply, turn_stop_ids, until_stop
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values, each (H, T, D)
@@ -135,9 +135,7 @@ class HFBackend(GenerationBackend):
             warpers = [TemperatureLogitsWarper(params.temperature)]
             if params.top_p < 1.0:  # top-p 1 keeps every token; skip its vocabulary sort
                 warpers.append(TopPLogitsWarper(params.top_p))
-        gen = torch.Generator(device=dev)
-        if params.seed is not None:
-            gen.manual_seed(params.seed)
+        draws = _uniforms(row_seeds(params.seed, b, sessions), params.max_new_tokens).to(dev)
         stop = torch.tensor(self.stop_ids, device=dev)
         done = torch.zeros(b, dtype=torch.bool, device=dev)
         tokens: list[torch.Tensor] = []
@@ -145,7 +143,7 @@ class HFBackend(GenerationBackend):
             if params.temperature > 0:
                 for warp in warpers:
                     logits = warp(None, logits)
-                nxt = sample_tokens(logits, gen)  # (B,)
+                nxt = sample_tokens(logits, draws[:, step])  # (B,)
             else:
                 nxt = logits.argmax(-1)  # (B,)
             nxt = torch.where(done, self.pad_id, nxt)
@@ -313,12 +311,27 @@ class HFBackend(GenerationBackend):
         return out
 
 
-def sample_tokens(logits: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+def _uniforms(seeds: list[int | None], steps: int) -> torch.Tensor:
+    """(B, steps) uniforms, row i from its own generator seeded with `seeds[i]` (None = fresh
+    entropy): a row's draws do not depend on the other rows of the batch."""
+    rows = []
+    for seed in seeds:
+        gen = torch.Generator()
+        if seed is None:
+            gen.seed()
+        else:
+            gen.manual_seed(seed)
+        rows.append(torch.rand(steps, generator=gen))
+    return torch.stack(rows)
+
+
+def sample_tokens(logits: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     """One token id per row of `logits` (B, V), drawn from its softmax by inverse transform:
-    one uniform per row against the row's cumulative probabilities. Same distribution as
-    `torch.multinomial`, which on CPU spends ~5 ms per step drawing B x V random numbers."""
+    the row's uniform (`uniforms`, (B,)) against its cumulative probabilities. Same
+    distribution as `torch.multinomial`, which on CPU spends ~5 ms per step drawing B x V
+    random numbers."""
     cdf = torch.softmax(logits, -1).cumsum(-1)  # (B, V)
-    u = torch.rand(cdf.shape[0], 1, generator=gen, device=cdf.device) * cdf[:, -1:]  # (B, 1)
+    u = uniforms[:, None].to(cdf.dtype) * cdf[:, -1:]  # (B, 1)
     return torch.searchsorted(cdf, u, right=True)[:, 0].clamp_max(cdf.shape[1] - 1)
 
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from transformers import AutoTokenizer
 
-from sparring.generation.base import Completion, GenerationBackend, SamplingParams
+from sparring.generation.base import Completion, GenerationBackend, SamplingParams, row_seeds
 from sparring.generation.stops import trim_reply, turn_stop_ids
 
 
@@ -89,7 +89,7 @@ class OpenAIBackend(GenerationBackend):
     def generate(
         self, prompts: list[list[int]], params: SamplingParams, sessions: list[str] | None = None
     ) -> list[Completion]:
-        seeds = [None if params.seed is None else params.seed + i for i in range(len(prompts))]
+        seeds = row_seeds(params.seed, len(prompts), sessions)
         bodies = [
             completion_request(p, params, self.model, self.stop_ids, s)
             for p, s in zip(prompts, seeds, strict=True)

@@ -23,17 +23,20 @@ from typing import Any
 
 from transformers import AutoTokenizer
 
-from sparring.generation.base import Completion, GenerationBackend, SamplingParams
+from sparring.generation.base import Completion, GenerationBackend, SamplingParams, row_seeds
 from sparring.generation.stops import trim_reply, turn_stop_ids
 
 
-def sampling_request(params: SamplingParams, stop_ids: list[int], n: int) -> list[dict[str, Any]]:
+def sampling_request(
+    params: SamplingParams, stop_ids: list[int], n: int, sessions: list[str] | None = None
+) -> list[dict[str, Any]]:
     """SGLang `sampling_params` for `n` prompts of one generate call.
 
     Every special token stops a turn, as in the HF backend; `skip_special_tokens=False` and
     `no_stop_trim=True` keep the stop token in `output_ids` so `trim_reply` sees it. A seeded
-    call gives prompt i the seed `seed + i` (`sampling_seed`, honoured by SGLang's sampler when
-    the server runs with `enable_deterministic_inference`), so rows differ but repeat exactly.
+    call gives each prompt its own seed (`row_seeds`: from its session, else `seed + i`;
+    `sampling_seed`, honoured by SGLang's sampler when the server runs with
+    `enable_deterministic_inference`), so rows differ but repeat exactly.
     """
     base = {
         "temperature": params.temperature,
@@ -43,9 +46,8 @@ def sampling_request(params: SamplingParams, stop_ids: list[int], n: int) -> lis
         "skip_special_tokens": False,
         "no_stop_trim": True,
     }
-    if params.seed is None:
-        return [dict(base) for _ in range(n)]
-    return [{**base, "sampling_seed": params.seed + i} for i in range(n)]
+    seeds = row_seeds(params.seed, n, sessions)
+    return [dict(base) if s is None else {**base, "sampling_seed": s} for s in seeds]
 
 
 def to_completions(
@@ -109,7 +111,8 @@ class SGLangBackend(GenerationBackend):
         self, prompts: list[list[int]], params: SamplingParams, sessions: list[str] | None = None
     ) -> list[Completion]:
         outputs = self.engine.generate(
-            input_ids=prompts, sampling_params=sampling_request(params, self.stop_ids, len(prompts))
+            input_ids=prompts,
+            sampling_params=sampling_request(params, self.stop_ids, len(prompts), sessions),
         )
         completions = to_completions(outputs, self.tokenizer, self.eos_ids, self.stop_ids)
         self.generated_tokens += sum(len(c.token_ids) for c in completions)

@@ -51,6 +51,16 @@ class WarmStart(_Strict):
     train: dict[str, Any] = Field(default_factory=dict)  # SFT settings: sparring.sft.SFTConfig
 
 
+class PipelineRollout(RolloutConfig):
+    """The pipeline's `rollout:` section: the library's RolloutConfig plus the fan-out."""
+
+    model_config = ConfigDict(extra="forbid")
+    shards: int = Field(1, ge=1)
+    """Parallel rollout tasks per iteration (each a pod with `kubernetes.rollout_gpus`), each
+    playing a contiguous slice of the iteration's initial states; one task merges them into the
+    rollout a single task would write (sparring.pipeline.shards). 1 = one rollout task."""
+
+
 class Opponents(_Strict):
     """Who the learner plays in each rollout (seed 001; see sparring.opponents): pure self-play,
     or a share of the games with the learner in one role against opponents whose strength
@@ -197,7 +207,7 @@ class PipelineConfig(_Strict):
     games_per_iteration: int = Field(64, ge=1)  # self-play games per rollout
     device: str = "auto"  # cpu, cuda or auto: every task's device (not set in `train:`)
     game_init: GameInitConfig = Field(default_factory=GameInitConfig)  # state counts and seed
-    rollout: RolloutConfig = Field(default_factory=RolloutConfig)  # iteration i samples with seed+i
+    rollout: PipelineRollout = Field(default_factory=PipelineRollout)  # i samples with seed+i
     opponents: Opponents = Field(default_factory=Opponents)  # self-play or the opponent mix
     # GRPO settings: sparring.train.GRPOConfig fields, among them the group key (`group_key`:
     # game, init, role, batch, or one of the game's `extra_group_keys`).
@@ -260,9 +270,33 @@ class PipelineConfig(_Strict):
             )
         if self.train_backend == "verl":
             self._check_verl()
+        if self.rollout.shards > 1:
+            self._check_shards()
         if self.opponents.mixed:
             self._check_opponents()
         return self
+
+    def _check_shards(self) -> None:
+        """What the rollout fan-out (`rollout.shards` > 1) needs of the config."""
+        shards, states = (
+            self.rollout.shards,
+            self.games_per_iteration // self.rollout.games_per_init,
+        )
+        if self.train_backend != "torch":
+            raise ValueError(
+                "rollout.shards > 1 needs train_backend: torch (verl plays inside verl; scale it "
+                "with verl.nnodes)"
+            )
+        if self.opponents.mixed:
+            raise ValueError(
+                "rollout.shards > 1 needs pure self-play (opponents.selfplay_fraction: 1): the "
+                "opponent mix carries one difficulty schedule from rollout to rollout"
+            )
+        if shards > states:
+            raise ValueError(
+                f"rollout.shards={shards} exceeds the {states} initial states of an iteration "
+                f"(games_per_iteration / rollout.games_per_init): lower rollout.shards"
+            )
 
     def _check_opponents(self) -> None:
         """What an opponent mix (`opponents.selfplay_fraction` < 1) needs of the config."""

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 
 from sparring.dev.services import local_services
 from sparring.pipeline.config import PipelineConfig
+from sparring.pipeline.stop import Stopped, stop_on_signals
 
 # kfp.local lines worth showing (the rest, e.g. each task's executor input, go to the log).
 _PROGRESS = re.compile(r"\[sparring\]|Executing task|finished with status|Error|error:")
@@ -54,10 +55,19 @@ class LocalRun(NamedTuple):
 
 
 class _Progress(io.TextIOBase):
-    """A stdout that copies everything to a log file and echoes only progress lines."""
+    """A stdout that copies everything to a log file and echoes only progress lines, each
+    with the time since `t0` and the estimated total (`[m:ss / ~m:ss]`)."""
 
-    def __init__(self, log: io.TextIOBase, echo: io.TextIOBase, verbose: bool) -> None:
+    def __init__(
+        self,
+        log: io.TextIOBase,
+        echo: io.TextIOBase,
+        verbose: bool,
+        t0: float,
+        estimate: float | None = None,
+    ) -> None:
         self.log, self.echo, self.verbose, self._line = log, echo, verbose, ""
+        self.t0, self.total = t0, f" / ~{_clock(estimate)}" if estimate else ""
 
     def write(self, text: str) -> int:
         self.log.write(text)
@@ -65,7 +75,8 @@ class _Progress(io.TextIOBase):
         *lines, self._line = self._line.split("\n")
         for line in lines:
             if self.verbose or _PROGRESS.search(line):
-                self.echo.write(line.strip() + "\n")
+                elapsed = _clock(time.perf_counter() - self.t0)
+                self.echo.write(f"[{elapsed}{self.total}] {line.strip()}\n")
                 self.echo.flush()
         return len(text)
 
@@ -73,11 +84,17 @@ class _Progress(io.TextIOBase):
         self.log.flush()
 
 
+def _clock(seconds: float) -> str:
+    """`m:ss`."""
+    return f"{int(seconds) // 60}:{int(seconds) % 60:02d}"
+
+
 def run_local(cfg: PipelineConfig, workdir: str | Path = "runs", verbose: bool = False) -> LocalRun:
     """Run the pipeline for `cfg` under kfp.local; see the module docstring."""
     from kfp import local
 
     from sparring.pipeline import runs
+    from sparring.pipeline.estimate import estimate_seconds
     from sparring.pipeline.reports import summary_rows
     from sparring.pipelines.selfplay import build_pipeline
     from sparring.tracking import champion, connect
@@ -87,20 +104,33 @@ def run_local(cfg: PipelineConfig, workdir: str | Path = "runs", verbose: bool =
     run_name = cfg.run_name or f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     (workdir / run_name).mkdir(parents=True, exist_ok=True)
     log_path = workdir / run_name / "kfp.log"
+    estimate = estimate_seconds(cfg)
+    if estimate:
+        print(f"[sparring] estimated time: ~{_clock(estimate)} on 2 idle CPU cores", flush=True)
     with local_services(cfg.model_copy(update={"run_name": run_name}), workdir) as (cfg, s3_dir):
         # kfp warns that our image is "non-Python": it is ours, and this Python has it installed.
         # It also warns that display names and K8s settings are ignored: that is expected.
         warnings.filterwarnings("ignore", message=".*non-Python base image.*")
         warnings.filterwarnings("ignore", message=".*have no effect in the current local runner.*")
+        _keep_loop_inputs()
         local.init(
             runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(workdir / "kfp")
         )
         with (
             log_path.open("w") as log,
-            contextlib.redirect_stdout(_Progress(log, sys.stdout, verbose)),
+            contextlib.redirect_stdout(_Progress(log, sys.stdout, verbose, t0, estimate)),
+            stop_on_signals(),
         ):
             try:
                 build_pipeline(cfg)()
+            except Stopped as e:  # SIGTERM/SIGINT: the task is gone; services stop on exit
+                parent = runs.find_parent(cfg, connect(cfg.tracking), run_name, tag=runs.RUN_TAG)
+                if parent is not None:
+                    runs.end(connect(cfg.tracking), parent, "KILLED")
+                e.partial = f"{cfg.storage.root.rstrip('/')}/{run_name}" + (
+                    f" (local S3 data in {s3_dir})" if s3_dir else ""
+                )
+                raise
             except RuntimeError as e:
                 raise RuntimeError(
                     f"{e}\n--- end of the failed task's log ({log_path}) ---\n"
@@ -122,6 +152,29 @@ def run_local(cfg: PipelineConfig, workdir: str | Path = "runs", verbose: bool =
             time.perf_counter() - t0,
             compute_seconds(job_dir),
         )
+
+
+def _keep_loop_inputs() -> None:
+    """Work around a kfp.local 2.17 bug: each iteration of a `ParallelFor` over constant items
+    gets the loop item in place of EVERY task-output parameter the loop consumes (so the shard
+    tasks of `rollout.shards` got their index as `config`). Put back the inputs that do not feed
+    the iterator. The cluster backend resolves them correctly; idempotent."""
+    from kfp.local.orchestrator import task_spec_utils
+
+    make = task_spec_utils.create_parameter_loop_iteration_task_spec
+    if getattr(make, "keeps_loop_inputs", False):
+        return
+
+    def fixed(task_spec, loop_item, loop_task_name):
+        spec = make(task_spec, loop_item, loop_task_name)
+        items = task_spec.parameter_iterator.items.input_parameter
+        for name, given in task_spec.inputs.parameters.items():
+            if given.HasField("task_output_parameter") and name != items:
+                spec.inputs.parameters[name].CopyFrom(given)
+        return spec
+
+    fixed.keeps_loop_inputs = True
+    task_spec_utils.create_parameter_loop_iteration_task_spec = fixed
 
 
 def compute_seconds(job_dir: Path) -> dict[str, float]:
