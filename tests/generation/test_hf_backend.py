@@ -122,11 +122,26 @@ def test_sampled_tokens_follow_the_softmax():
     """Inverse-transform sampling draws each token with its softmax probability and never
     one that top-p filtering removed (probability 0)."""
     logits = torch.tensor([[0.0, 1.0, 2.0, -1.0, float("-inf")]]).repeat(40_000, 1)
-    gen = torch.Generator().manual_seed(0)
-    counts = torch.bincount(sample_tokens(logits, gen), minlength=5) / len(logits)
+    uniforms = torch.rand(len(logits), generator=torch.Generator().manual_seed(0))
+    counts = torch.bincount(sample_tokens(logits, uniforms), minlength=5) / len(logits)
     want = torch.softmax(logits[0], -1)
     assert counts[4] == 0
     assert torch.allclose(counts, want, atol=0.01), (counts, want)
+
+
+def test_a_sessions_draws_do_not_depend_on_its_batch(tiny_model_dir, tokenizer):
+    """Seeded sampling with sessions: a seat's reply is the same alone or in any batch (what
+    makes a sharded rollout repeat the single-task one); different sessions draw differently."""
+    backend = HFBackend(str(tiny_model_dir), device="cpu")
+    chat = [{"role": "user", "content": "Propose an assignment."}]
+    prompt = tokenizer.apply_chat_template(chat, add_generation_prompt=True)["input_ids"]
+    other = tokenizer.apply_chat_template(chat[:1] * 2, add_generation_prompt=True)["input_ids"]
+    params = SamplingParams(temperature=1.0, max_new_tokens=12, seed=5)
+    (alone,) = backend.generate([prompt], params, ["g#0/0"])
+    backend.release(["g#0/0"])
+    batch = backend.generate([other, prompt, prompt], params, ["h#0/1", "g#0/0", "g#1/0"])
+    assert batch[1].token_ids == alone.token_ids
+    assert batch[2].token_ids != alone.token_ids  # same prompt, another game: its own draws
 
 
 def test_shared_prefixes_are_prefilled_once(sharp_model, tokenizer, reference):
