@@ -12,21 +12,24 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
 from safetensors.torch import load_file
 from sample_frames import make_samples
+from test_storage import recording_put
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from sparring import storage
+from sparring import registry, storage
 from sparring.dev.mlflowserver import MlflowServer
 from sparring.games import make_game
 from sparring.pipeline import tasks
 from sparring.pipeline.config import PipelineConfig
 from sparring.pipeline.io import run_uri, upload
-from sparring.registry import MODEL_ID_TAG
-from sparring.tracking import CHECKPOINT_TAG, PipelineRun, connect
+from sparring.registry import MODEL_ID_TAG, NotRegisteredError
+from sparring.storage import _S3Store
+from sparring.tracking import CHECKPOINT_TAG, PipelineRun, TrackingConfig, champion, connect
 
 EVALS = {"eval/selfplay/all/normalized_reward": 0.5, "eval/vs_scripted/all/normalized_reward": 0.25}
 NEW_TOKENS = 6
@@ -196,3 +199,81 @@ def test_champion_loads_through_the_server_alone(cfg, mlflow_server, s3_server, 
     assert got["pyfunc"]["object"] == "chat.completion"
     assert got["pyfunc"]["choices"][0]["message"]["role"] == "assistant"
     assert got["pyfunc"]["usage"]["completion_tokens"] <= NEW_TOKENS
+
+
+@pytest.fixture
+def sqlite_cfg(cfg, tmp_path) -> PipelineConfig:
+    """`cfg` on a sqlite store (no server: checkpoints go to the pipeline's checkpoint URI)."""
+    tracking = {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "faults"}
+    return cfg.model_copy(update={"tracking": TrackingConfig(**tracking)})
+
+
+def test_half_written_logged_model_is_never_registered(sqlite_cfg, tiny_model_dir):
+    cfg, client = sqlite_cfg, connect(sqlite_cfg.tracking)
+    parent = PipelineRun.start(cfg.tracking, "r").run_id
+    with (
+        mock.patch.object(_S3Store, "put", recording_put(_S3Store.put, [], fail_at=2)),
+        pytest.raises(ConnectionError),
+    ):
+        tasks.register(cfg, parent, "r", 0, str(tiny_model_dir), EVALS)
+    assert client.search_model_versions(f"name = '{cfg.registered_model}'") == []
+    (pending,) = client.search_logged_models([client.get_run(parent).info.experiment_id])
+    assert pending.status == "PENDING"
+    with pytest.raises(NotRegisteredError, match="PENDING, not READY"):
+        registry.ready_model_id(client, pending.model_id)
+    with pytest.raises(storage.VerifyError, match="incomplete"):  # no manifest: not a checkpoint
+        storage.verify(run_uri(cfg, "r", 0, "checkpoint"))
+
+    done = tasks.register(cfg, parent, "r", 0, str(tiny_model_dir), EVALS)  # the retry
+    assert (done.version, done.champion_version) == ("1", "1")
+    (model,) = client.search_logged_models([client.get_run(parent).info.experiment_id])
+    assert (model.model_id, model.status) == (pending.model_id, "READY")
+    assert done.checkpoint_uri == run_uri(cfg, "r", 0, "checkpoint")
+    assert client.get_model_version(cfg.registered_model, "1").source == done.checkpoint_uri
+
+
+def test_missing_checkpoint_and_wrong_credentials_register_nothing(
+    sqlite_cfg, tmp_path, tiny_model_dir, monkeypatch
+):
+    cfg, client = sqlite_cfg, connect(sqlite_cfg.tracking)
+    parent = PipelineRun.start(cfg.tracking, "r").run_id
+    with pytest.raises(OSError):
+        tasks.register(cfg, parent, "r", 0, str(tmp_path / "missing"), EVALS)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+    with pytest.raises(storage.S3AuthError):
+        tasks.register(cfg, parent, "r", 0, str(tiny_model_dir), EVALS)
+    assert client.search_model_versions(f"name = '{cfg.registered_model}'") == []
+
+
+def test_champion_is_a_compare_and_set(sqlite_cfg, tiny_model_dir):
+    cfg, client = sqlite_cfg, connect(sqlite_cfg.tracking)
+    parent = PipelineRun.start(cfg.tracking, "r").run_id
+    metric = cfg.champion_metric
+    moves = [
+        tasks.register(cfg, parent, "r", i, str(tiny_model_dir), {**EVALS, metric: score})
+        for i, score in enumerate([0.3, 0.5, 0.5, 0.4])
+    ]
+    assert [m.champion_version for m in moves] == ["1", "2", "2", "2"]  # ties keep it
+    # a decision made against v1 while another register moved it to v2 changes nothing
+    assert not registry.move_champion(client, cfg.registered_model, "4", expected="1")
+    assert registry.move_champion(client, cfg.registered_model, "4", expected="2")
+    assert champion(cfg.registered_model, client).version == 4
+
+
+def test_credentials_never_reach_mlflow_or_logs(sqlite_cfg, s3_server, tiny_model_dir, capfd):
+    cfg, client = sqlite_cfg, connect(sqlite_cfg.tracking)
+    password = "mlflow-pw-" + uuid.uuid4().hex
+    with mock.patch.dict(os.environ, {"MLFLOW_TRACKING_PASSWORD": password}):
+        os.environ["MLFLOW_TRACKING_USERNAME"] = "sparring"
+        parent = tasks.start(cfg, "job-1", "job")[1]
+        tasks.register(cfg, parent, "job-1", 0, str(tiny_model_dir), EVALS)
+    secrets = [password, s3_server.secret_key, s3_server.access_key]
+    runs = client.search_runs([client.get_run(parent).info.experiment_id])
+    seen = [json.dumps([r.data.params, r.data.tags]) for r in runs]
+    for v in client.search_model_versions(f"name = '{cfg.registered_model}'"):
+        v = client.get_model_version(cfg.registered_model, v.version)
+        seen += [json.dumps(v.tags), v.description or ""]
+    seen += [json.dumps(m.tags) for m in client.search_logged_models([runs[0].info.experiment_id])]
+    out, err = capfd.readouterr()
+    seen += [out, err]
+    assert len(runs) == 2 and all(s not in text for s in secrets for text in seen)

@@ -51,8 +51,9 @@ def test_register_then_load_back(cfg, tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", cfg.tracking.tracking_uri)
     local = Path(resolve_model(f"models:/{cfg.registered_model}@champion", tmp_path / "cache"))
     assert local.parent == tmp_path / "cache"
-    files = sorted(p.name for p in local.iterdir() if p.name != ".complete")
-    assert files == sorted(p.name for p in tiny_model_dir.iterdir())
+    files = {p.name for p in local.iterdir() if p.name != ".complete"}
+    mlflow_model = {"MLmodel", "components", "python_env.yaml", "requirements.txt"}
+    assert files == {p.name for p in tiny_model_dir.iterdir()} | mlflow_model
     # the pipeline's first step does the same with the config's registry
     first = cfg.model_copy(update={"model": f"models:/{cfg.registered_model}@champion"})
     tasks.initial_model(first, tmp_path / "m0")
