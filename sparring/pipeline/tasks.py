@@ -238,7 +238,7 @@ def register(
     If storage fails, nothing is registered.
     """
     from sparring import registry, storage
-    from sparring.tracking import PipelineRun
+    from sparring.tracking import RUN_TAG, PipelineRun
 
     evals = {k: v for k, v in metrics.items() if k.startswith("eval/")}
     if cfg.champion_metric not in evals:
@@ -248,6 +248,7 @@ def register(
     run = PipelineRun.attach(parent_run_id, cfg.tracking)
     game, group_key = cfg.game.name, cfg.grpo_config().group_key
     tags = {"parent_run_id": parent_run_id, "game": game, "group_key": group_key}
+    tags[RUN_TAG] = run_name  # league.past_models finds an iteration's checkpoint by it
     if kfp_run_id:
         tags["kfp_run_id"] = kfp_run_id
     reg = registry.publish(
@@ -311,4 +312,4 @@ def champion_of(cfg: PipelineConfig) -> tuple[str, float]:
     from sparring.tracking import champion, connect
 
     found = champion(cfg.registered_model, connect(cfg.tracking))
-    return (found.version, float(found.tags["score"])) if found else ("", float("nan"))
+    return (str(found.version), float(found.tags["score"])) if found else ("", float("nan"))

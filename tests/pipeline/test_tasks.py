@@ -4,6 +4,7 @@ a step with a clear error before anything is registered; remote model refs load 
 from __future__ import annotations
 
 import json
+import shutil
 import uuid
 from pathlib import Path
 
@@ -236,11 +237,26 @@ def test_diplomacy_opponent_mix_follows_and_carries_the_schedule(tiny_model_dir,
     assert resumed["history"][: len(carried["history"])] == carried["history"]
 
 
-def test_past_checkpoint_opponents_load_the_right_iterations_model(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("layout", ["checkpoint-prefix", "artifact-proxy"])
+def test_past_checkpoint_opponents_load_the_right_iterations_model(
+    layout, request, tiny_model_dir, tmp_path, monkeypatch
+):
     """A pool of `past-1` only, every state against it: rollout 0 stores its model as the run's
-    initial one and seats it; rollout 2 loads the checkpoint iteration 0 trained (the policy
-    of rollout 1), not iteration 1's, and seat_plan.jsonl names what each resolved to."""
+    initial one and seats it; rollout 2 loads the checkpoint iteration 0 registered (the policy
+    of rollout 1), not iteration 1's, and seat_plan.jsonl names what each resolved to. Both
+    places `register` stores a checkpoint: `<root>/<run>/<i>/checkpoint` (sqlite tracking), and
+    its logged model's folder behind a real MLflow server's artifact proxy."""
     pytest.importorskip("diplomacy")
+    tag = uuid.uuid4().hex[:6]
+    if layout == "checkpoint-prefix":
+        store = {"root": (tmp_path / "store").as_uri()}
+        tracking = {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    else:
+        for key, value in request.getfixturevalue("s3_server").env().items():
+            monkeypatch.setenv(key, value)
+        store = {"root": f"s3://sparring/league-{tag}"}
+        server = request.getfixturevalue("mlflow_server")
+        tracking = {"tracking_uri": server.url, "artifacts_destination": "s3://sparring"}
     cfg = PipelineConfig.model_validate(
         {
             "game": {"name": "diplomacy", "params": {"horizon": 1, "press": False}},
@@ -249,7 +265,9 @@ def test_past_checkpoint_opponents_load_the_right_iterations_model(tiny_model_di
             "game_init": {"num_train": 2, "num_val": 1},
             "rollout": {"games_per_init": 1, "sampling": {"max_new_tokens": 8}},
             "opponents": {"selfplay_fraction": 0.0, "difficulty": {"pool": ["past-1"]}},
-            "storage": {"root": (tmp_path / "store").as_uri()},
+            "storage": store,
+            "tracking": {**tracking, "experiment": f"league-{tag}"},
+            "registered_model": f"league-{tag}",
         }
     )
     root = cfg.storage.root
@@ -268,14 +286,20 @@ def test_past_checkpoint_opponents_load_the_right_iterations_model(tiny_model_di
     stored = storage.verify(f"{root}/r/initial", deep=True)
     assert stored == storage.scan_dir(tiny_model_dir)  # the learner's model of iteration 0
 
-    # what register stores: iteration 0's checkpoint, and iteration 1's (not a model here, so
-    # seating it as past-1 of rollout 2 would fail to load)
-    storage.upload_dir(tiny_model_dir, f"{root}/r/0/checkpoint")
-    (tmp_path / "ckpt1").mkdir()
+    # register stores and registers iteration 0's checkpoint, then iteration 1's (other files)
+    parent = PipelineRun.start(cfg.tracking, "r").run_id
+    scores = {cfg.champion_metric: 0.5}
+    first = tasks.register(cfg, parent, "r", 0, str(tiny_model_dir), scores)
+    shutil.copytree(tiny_model_dir, tmp_path / "ckpt1")
     (tmp_path / "ckpt1" / "README").write_text("the learner of rollout 2, not its past-1")
-    storage.upload_dir(tmp_path / "ckpt1", f"{root}/r/1/checkpoint")
+    second = tasks.register(cfg, parent, "r", 1, str(tmp_path / "ckpt1"), scores)
+    if layout == "checkpoint-prefix":
+        assert first.checkpoint_uri == f"{root}/r/0/checkpoint"
+    else:  # in the logged model's folder, not under the run's storage root
+        assert first.checkpoint_uri.startswith("s3://sparring/mlflow/")
+    assert second.checkpoint_uri != first.checkpoint_uri
     tasks.rollout(cfg, str(tiny_model_dir), train, 2, 2, tmp_path / "ro2", "r")
     assert seated(tmp_path / "ro2") == (
-        {("past-1", f"{root}/r/0/checkpoint")},
+        {("past-1", first.checkpoint_uri)},
         [["past-1"] * 6 + ["policy"]] * 2,
     )
