@@ -41,10 +41,10 @@ def load_policy(path: str | Path, device: torch.device, cfg: Any = None, trainab
     model.requires_grad_(trainable)
     if not trainable:
         return model
-    if getattr(cfg, "gradient_checkpointing", False):
-        enable_gradient_checkpointing(model)
     if getattr(cfg, "lora_rank", 0):
         model = add_lora(model, cfg)
+    if getattr(cfg, "gradient_checkpointing", False):  # after LoRA: its eval() clears the flags
+        enable_gradient_checkpointing(model)
     return model
 
 
@@ -52,7 +52,8 @@ def enable_gradient_checkpointing(model) -> None:
     """HF's non-reentrant checkpointing of every decoder layer, with dropout still off."""
     from transformers.modeling_layers import GradientCheckpointingLayer
 
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft
+    base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
     if not layers:
         raise ValueError(f"{type(model).__name__} has no checkpointable layers")

@@ -31,13 +31,19 @@ def grads(model, batch) -> dict[str, torch.Tensor]:
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-def test_gradient_checkpointing_recomputes_layers_and_keeps_the_gradients(tiny_model_dir, samples):
+@pytest.mark.parametrize("lora_rank", [0, 4], ids=["full", "lora"])
+def test_gradient_checkpointing_recomputes_layers_and_keeps_the_gradients(
+    tiny_model_dir, samples, lora_rank
+):
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     batch = collate(pd.read_parquet(samples), tok.pad_token_id)
-    plain = load_policy(tiny_model_dir, CPU, GRPOConfig())
-    ckpt = load_policy(tiny_model_dir, CPU, GRPOConfig(gradient_checkpointing=True))
+    plain = load_policy(tiny_model_dir, CPU, GRPOConfig(lora_rank=lora_rank))
+    cfg = GRPOConfig(gradient_checkpointing=True, lora_rank=lora_rank)
+    ckpt = load_policy(tiny_model_dir, CPU, cfg)
+    ckpt.load_state_dict(plain.state_dict())  # the same (random) LoRA init in both
     calls = []
-    ckpt.model.layers[0].mlp.register_forward_hook(lambda *_: calls.append(1))
+    layers = (ckpt.get_base_model() if lora_rank else ckpt).model.layers
+    layers[0].mlp.register_forward_hook(lambda *_: calls.append(1))
     expected, got = grads(plain, batch), grads(ckpt, batch)
     # one forward for the split-head check, one for the loss, one more recomputed in backward
     assert len(calls) == 3
@@ -45,7 +51,7 @@ def test_gradient_checkpointing_recomputes_layers_and_keeps_the_gradients(tiny_m
     for name in expected:
         torch.testing.assert_close(got[name], expected[name], atol=1e-6, rtol=1e-5)
     # only the checkpointed layers are in training mode: dropout stays off everywhere else
-    assert not ckpt.training and not ckpt.model.layers[0].self_attn.training
+    assert not ckpt.training and not layers[0].self_attn.training and layers[0].training
 
 
 def test_lora_trains_adapters_and_saves_a_merged_plain_checkpoint(
