@@ -1,0 +1,34 @@
+"""`sparring run`'s time estimate and progress lines."""
+
+from __future__ import annotations
+
+import io
+
+from sparring.pipeline.config import PipelineConfig
+from sparring.pipeline.estimate import estimate_seconds, eval_games
+from sparring.pipeline.local import _Progress
+
+
+def test_the_embedded_default_is_estimated_within_its_budget():
+    cfg = PipelineConfig.from_yaml()
+    seconds = estimate_seconds(cfg)
+    assert seconds is not None and 5 * 60 < seconds <= 12 * 60  # the README's quick start
+
+
+def test_more_work_costs_more_and_unmeasured_setups_get_no_estimate():
+    cfg = PipelineConfig.from_yaml()
+    more = cfg.model_copy(update={"iterations": cfg.iterations + 1})
+    assert estimate_seconds(more) > estimate_seconds(cfg)
+    assert eval_games(cfg) == cfg.game_init.num_val * (1 + 2 * ("vs_scripted" in cfg.eval.modes))
+    assert estimate_seconds(cfg.model_copy(update={"model": "smollm2-135m-instruct"})) is None
+    assert estimate_seconds(cfg.model_copy(update={"device": "cuda"})) is None
+
+
+def test_progress_echoes_progress_lines_with_elapsed_and_estimated_time():
+    log, echo = io.StringIO(), io.StringIO()
+    out = _Progress(log, echo, verbose=False, t0=0.0, estimate=605.0)
+    out.write("noise\n[sparring] iteration 0: rollout reward 0.412\npartial")
+    assert log.getvalue().endswith("partial")  # everything reaches the log
+    (line,) = echo.getvalue().splitlines()
+    clock, text = line.split("] ", 1)
+    assert clock.endswith(" / ~10:05") and text == "[sparring] iteration 0: rollout reward 0.412"
