@@ -11,12 +11,45 @@ so does the opponents' difficulty schedule: a block's first rollout reads the sc
 last rollout stored (sparring.pipeline.league).
 """
 
+import hashlib
+import json
 import tempfile
+import time
+import uuid
 from pathlib import Path
 
 from sparring.pipelines.selfplay import compile_pipeline
 
 from sparring.pipeline.config import PipelineConfig
+
+
+def version_name(cfg: PipelineConfig, package: str | Path) -> str:
+    """`<cfg.name>-<sha256 of the compiled package, 12 hex>`: the same pipeline is the same
+    version (KFP requires unique version names), a changed one a new version."""
+    digest = hashlib.sha256(Path(package).read_bytes()).hexdigest()[:12]
+    return f"{cfg.name}-{digest}"
+
+
+def unique_run_name(base: str) -> str:
+    """`<base>-<UTC time>-<4 hex>`: display names of runs never repeat (storage and MLflow key on
+    the run's id anyway)."""
+    return f"{base}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:4]}"
+
+
+def _version(client, cfg: PipelineConfig, package: str) -> tuple[str, str]:
+    """(pipeline id, version id) of `package`: an identical version is reused."""
+    name = version_name(cfg, package)
+    pipeline_id = client.get_pipeline_id(cfg.name)
+    if pipeline_id is None:  # its first version is this package, named after the pipeline
+        pipeline_id = client.upload_pipeline(package, cfg.name).pipeline_id
+        first = client.list_pipeline_versions(pipeline_id).pipeline_versions[0]
+        return pipeline_id, first.pipeline_version_id
+    query = {"predicates": [{"key": "name", "operation": "EQUALS", "string_value": name}]}
+    found = client.list_pipeline_versions(pipeline_id, filter=json.dumps(query))
+    if found.pipeline_versions:
+        return pipeline_id, found.pipeline_versions[0].pipeline_version_id
+    version = client.upload_pipeline_version(package, name, pipeline_id=pipeline_id)
+    return pipeline_id, version.pipeline_version_id
 
 
 def submit(
@@ -26,30 +59,29 @@ def submit(
     run_name: str | None = None,
     service_account: str | None = None,
 ):
-    """Compile `cfg`, upload it as a new version of the pipeline `cfg.name` (creating the
-    pipeline on first use) and start a run in `experiment`. Returns the KFP run.
+    """Compile `cfg`, find or upload it as a version of the pipeline `cfg.name` (named by its
+    content hash) and start a run in `experiment`. Returns the KFP run. Caching is never
+    overridden at submit time: the compiled per-task settings hold (side-effect tasks never
+    cache).
 
     Args:
         client: a `kfp.Client`.
         cfg: the pipeline config (compile-time settings included).
         experiment: KFP experiment name (created if missing).
-        run_name: KFP run name; default `<cfg.name>-it<first>-<last>`.
+        run_name: KFP run (display) name; default `<cfg.name>-it<first>-<last>`, made unique.
         service_account: ServiceAccount of the run's pods; None = KFP's default runner.
     """
     last = cfg.first_iteration + cfg.iterations - 1
-    run_name = run_name or f"{cfg.name}-it{cfg.first_iteration}-{last}"
+    run_name = run_name or unique_run_name(f"{cfg.name}-it{cfg.first_iteration}-{last}")
     with tempfile.TemporaryDirectory() as tmp:
         package = compile_pipeline(cfg, str(Path(tmp) / "pipeline.yaml"))
-        pipeline_id = client.get_pipeline_id(cfg.name)
-        if pipeline_id is None:
-            pipeline_id = client.upload_pipeline(package, cfg.name).pipeline_id
-        version = client.upload_pipeline_version(package, run_name, pipeline_id=pipeline_id)
+        pipeline_id, version_id = _version(client, cfg, package)
     experiment_id = client.create_experiment(experiment).experiment_id  # returns existing ones
     return client.run_pipeline(
         experiment_id,
         run_name,
         pipeline_id=pipeline_id,
-        version_id=version.pipeline_version_id,
+        version_id=version_id,
         service_account=service_account,
     )
 

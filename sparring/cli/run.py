@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from sparring.cli.options import load_config
@@ -34,6 +36,7 @@ def command(config, iterations, games_per_iteration, run_name, workdir, verbose)
     """
     from sparring.pipeline.config import DEFAULT_CONFIG, PipelineConfig
     from sparring.pipeline.local import format_summary, run_local
+    from sparring.pipeline.stop import Stopped
 
     overrides = {
         "iterations": iterations,
@@ -45,4 +48,7 @@ def command(config, iterations, games_per_iteration, run_name, workdir, verbose)
         result = run_local(cfg, workdir, verbose)
     except RuntimeError as e:
         raise click.ClickException(str(e)) from e
+    except Stopped as e:  # local services stopped, MLflow parent run KILLED
+        click.echo(f"{e}: MLflow parent run KILLED; partial artifacts in {e.partial}", err=True)
+        sys.exit(e.exit_code)
     click.echo(format_summary(result, cfg.champion_metric))

@@ -3,40 +3,14 @@
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
+from tiny_pipeline import tiny_config
 
 from sparring import storage
-from sparring.pipeline.config import PipelineConfig
 from sparring.pipeline.local import format_summary, run_local
 from sparring.tracking import connect
 
 pytestmark = pytest.mark.slow
-
-
-def tiny_config(tmp_path, model: str) -> PipelineConfig:
-    """The smallest pipeline that still runs every step: 2 states x 2 plays, 1 val game."""
-    tag = uuid.uuid4().hex[:6]
-    return PipelineConfig.model_validate(
-        {
-            "run_name": f"e2e-{tag}",
-            "game": {"params": {"k": 3, "max_turns": 2}},
-            "model": model,
-            "iterations": 2,
-            "games_per_iteration": 4,
-            "device": "cpu",
-            "game_init": {"num_train": 4, "num_val": 1},
-            "rollout": {"games_per_init": 2, "sampling": {"max_new_tokens": 8}},
-            "eval": {"rollout": {"sampling": {"temperature": 0.0, "max_new_tokens": 8}}},
-            "storage": {"root": f"s3://sparring/e2e-{tag}"},
-            "tracking": {
-                "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
-                "experiment": "e2e",
-            },
-            "registered_model": f"e2e-{tag}",
-        }
-    )
 
 
 @pytest.fixture
@@ -46,9 +20,8 @@ def s3_env(s3_server, monkeypatch):
     return s3_server
 
 
-def test_two_iterations_end_to_end(s3_env, tiny_model_dir, tmp_path):
-    cfg = tiny_config(tmp_path, str(tiny_model_dir))
-    result = run_local(cfg, tmp_path / "runs")
+def test_two_iterations_end_to_end(s3_env, tiny_run):
+    cfg, result = tiny_run
     client = connect(cfg.tracking)
 
     # the bucket holds both checkpoints, each complete per its manifest

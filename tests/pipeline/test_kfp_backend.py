@@ -1,0 +1,177 @@
+"""The pipeline as the KFP 2.14–2.17 backend runs it, not as kfp.local does: every task from the
+compiled IR's own executor command, with the executor input the backend's driver and launcher
+write (tests/pipeline/kfp_backend.py), against the real SeaweedFS and MLflow; plus static checks
+over the compiled IR."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+from kfp_backend import Backend
+from sparring.pipelines.selfplay import compile_pipeline
+
+from sparring import storage
+from sparring.pipeline import runs
+from sparring.pipeline.config import PipelineConfig
+from sparring.tracking import ITERATION_TAG, connect, resolve_model_uri
+
+pytestmark = pytest.mark.slow
+
+SIDE_EFFECTS = ("start", "rollout", "train", "evaluate", "register", "finish")
+
+
+def backend(cfg: PipelineConfig, s3_server, tmp_path: Path) -> Backend:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    ir = Path(compile_pipeline(cfg, str(tmp_path / "pipeline.yaml")))
+    secret = {k: s3_server.env()[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    pod_env = secret | {"MLFLOW_TRACKING_URI": cfg.tracking.tracking_uri}
+    launcher = storage.StorageConfig(
+        endpoint_url=s3_server.endpoint_url,
+        access_key_id=secret["AWS_ACCESS_KEY_ID"],
+        secret_access_key=secret["AWS_SECRET_ACCESS_KEY"],
+    )
+    return Backend(ir, "s3://sparring/kfp-root", tmp_path / "backend", pod_env, launcher)
+
+
+def versions(client, name: str) -> list:
+    return sorted(client.search_model_versions(f"name = '{name}'"), key=lambda v: int(v.version))
+
+
+@pytest.fixture(scope="module")
+def two_runs(tiny_run, s3_server, tmp_path_factory):
+    """The tiny pipeline's kfp.local run (conftest), then two backend runs displayed as
+    "nightly", keyed on their run ids (no `run_name`), registering one model: the first, of
+    the same config, retries each side-effect task once after it succeeded (iteration 0's
+    for the per-iteration ones); the second plays one iteration (to keep the suite short)."""
+    local_cfg, local = tiny_run
+    cfg = local_cfg.model_copy(
+        update={"run_name": None, "registered_model": f"kfp-{uuid.uuid4().hex[:6]}"}
+    )
+    tmp = tmp_path_factory.mktemp("kfp-backend")
+    retry = {"start", "rollout-0", "train-0", "evaluate-0", "register-0", "finish"}
+    a = backend(cfg, s3_server, tmp / "a").run(str(uuid.uuid4()), "nightly", retry=retry)
+    one = cfg.model_copy(update={"iterations": 1})
+    b = backend(one, s3_server, tmp / "b").run(str(uuid.uuid4()), "nightly")
+    return cfg, local_cfg, local, a, b, retry
+
+
+def _by_name(result) -> dict:
+    return {run.name: run for run in result.tasks.values()}
+
+
+def test_backend_run_registers_what_kfp_local_registers(two_runs):
+    cfg, local_cfg, local, a, _, _ = two_runs
+    client = connect(cfg.tracking)
+    assert a.state == "COMPLETE", _failure(a)
+    ours = versions(client, cfg.registered_model)[:2]
+    theirs = versions(client, local_cfg.registered_model)
+    assert (
+        [v.tags["iteration"] for v in ours] == [v.tags["iteration"] for v in theirs] == ["0", "1"]
+    )
+    assert [v.tags["score"] for v in ours] == [v.tags["score"] for v in theirs]
+    job_id = _by_name(a)["start"].executor_input["inputs"]["parameterValues"]["job_id"]
+    for v in ours:  # keyed on the run's unique id, not its display name
+        checkpoint = resolve_model_uri(f"models:/{cfg.registered_model}/{v.version}", client)
+        assert checkpoint == f"{cfg.storage.root}/{job_id}/{v.tags['iteration']}/checkpoint"
+    parent = runs.find_parent(cfg, client, job_id)
+    assert parent.info.status == "FINISHED" and parent.data.tags["kfp.run_name"] == "nightly"
+    assert client.get_run(local.parent_run_id).info.status == "FINISHED"
+    champion = client.get_model_version_by_alias(cfg.registered_model, "champion")
+    assert a.outputs["champion_version"] == str(champion.version)  # the pipeline's outputs
+    assert a.outputs["champion_score"] == pytest.approx(float(champion.tags["score"]))
+    summary = _by_name(a)["finish"]
+    assert f"v{champion.version}" in summary.log and parent.info.run_id in summary.log
+
+
+def test_the_backend_executor_input_is_what_the_launcher_writes(two_runs):
+    _, _, _, a, _, _ = two_runs
+    tasks = _by_name(a)
+    consumed = tasks["register-0"].executor_input["inputs"]["artifacts"]["eval_metrics"]
+    metadata = consumed["artifacts"][0]["metadata"]
+    assert metadata["display_name"] == "metrics" and isinstance(metadata["store_session_info"], str)
+    assert consumed["artifacts"][0]["uri"].startswith("s3://")
+    status = tasks["finish"].executor_input["inputs"]["parameterValues"]["status"]
+    assert status["state"] == "COMPLETE"
+
+
+def test_every_side_effect_task_retried_once_duplicates_nothing(two_runs):
+    cfg, _, _, a, _, retry = two_runs
+    tasks = _by_name(a)
+    steps = {name.rsplit("-", 1)[0] for name in retry}
+    assert steps == set(SIDE_EFFECTS) and all(tasks[name].tries == 2 for name in retry)
+    client = connect(cfg.tracking)
+    job_id = tasks["start"].executor_input["inputs"]["parameterValues"]["job_id"]
+    experiment = client.get_experiment_by_name(cfg.tracking.experiment).experiment_id
+    parents = client.search_runs([experiment], f"tags.`{runs.JOB_TAG}` = '{job_id}'")
+    assert len(parents) == 1  # the retried start reused its parent run
+    children = client.search_runs(
+        [experiment], f"tags.mlflow.parentRunId = '{parents[0].info.run_id}'"
+    )
+    assert sorted(c.data.tags[ITERATION_TAG] for c in children) == ["0", "1"]
+    mine = [
+        v
+        for v in versions(client, cfg.registered_model)
+        if v.run_id in {c.info.run_id for c in children}
+    ]
+    assert sorted(v.tags["iteration"] for v in mine) == ["0", "1"]  # no duplicate version
+    history = client.get_metric_history(parents[0].info.run_id, cfg.champion_metric)
+    assert sorted(m.step for m in history) == [0, 1]  # no duplicate metric points
+
+
+def test_two_runs_with_the_same_display_name_do_not_collide(two_runs):
+    cfg, _, _, a, b, _ = two_runs
+    assert b.state == "COMPLETE", _failure(b)
+    client = connect(cfg.tracking)
+    ids = [
+        _by_name(r)["start"].executor_input["inputs"]["parameterValues"]["job_id"] for r in (a, b)
+    ]
+    both = versions(client, cfg.registered_model)
+    assert len(both) == 3
+    sources = [
+        resolve_model_uri(f"models:/{cfg.registered_model}/{v.version}", client) for v in both
+    ]
+    expected = [
+        f"{cfg.storage.root}/{j}/{i}/checkpoint"
+        for j, n in zip(ids, (2, 1), strict=True)
+        for i in range(n)
+    ]
+    assert sources == expected
+    for uri in sources:  # every version still points at complete, unchanged weights
+        storage.verify(uri, cfg.storage.client_config(), deep=True)
+    parents = [runs.find_parent(cfg, client, j) for j in ids]
+    assert parents[0].info.run_id != parents[1].info.run_id
+    assert {p.data.tags["kfp.run_name"] for p in parents} == {"nightly"}
+
+
+def test_the_mlflow_plugins_task_run_is_not_the_parent(two_runs):
+    cfg, _, _, a, _, _ = two_runs
+    client = connect(cfg.tracking)
+    plugin = client.get_experiment_by_name("kfp-plugin").experiment_id
+    injected = {r.info.run_id for r in client.search_runs([plugin])}
+    job_id = _by_name(a)["start"].executor_input["inputs"]["parameterValues"]["job_id"]
+    parent = runs.find_parent(cfg, client, job_id)
+    assert parent.info.run_id not in injected
+    kfp_experiment = client.get_experiment_by_name(cfg.tracking.experiment).experiment_id
+    for run_id in injected:  # nothing hangs under a task's run
+        assert not client.search_runs([kfp_experiment], f"tags.mlflow.parentRunId = '{run_id}'")
+
+
+def test_a_run_parameter_conflicting_with_the_config_stops_the_run_in_start(
+    tiny_run, s3_server, tmp_path
+):
+    cfg = tiny_run.cfg.model_copy(update={"run_name": None})
+    be = backend(cfg, s3_server, tmp_path)
+    changed = cfg.model_copy(update={"registered_model": "from-config"}).model_dump_json()
+    result = be.run(str(uuid.uuid4()), "conflict", {"config": changed, "registered_model": "x"})
+    tasks = _by_name(result)
+    assert result.state == "FAILED" and tasks["start"].returncode != 0
+    assert "registered_model='x' conflicts with the `config` parameter" in tasks["start"].log
+    assert "game-init" not in tasks  # nothing ran after start
+    assert tasks["finish"].returncode == 0 and "config was rejected" in tasks["finish"].log
+
+
+def _failure(result) -> str:
+    failed = [r for r in result.tasks.values() if r.returncode]
+    return failed[0].log[-3000:] if failed else ""

@@ -1,0 +1,226 @@
+"""The KFP backend contract, piece by piece (issue 14): run parameters with one source of truth,
+the compile-time fingerprint, the device per step, run identity and stale parent runs, the
+configured S3 endpoint, write-once checkpoints, checksums, pipeline versions, and static checks
+over the compiled IR. The whole pipeline under the emulated backend: test_kfp_backend.py."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import ValidationError
+from sparring.pipelines.driver import unique_run_name, version_name
+from sparring.pipelines.selfplay import compile_pipeline
+
+from sparring import storage
+from sparring.pipeline import run_params, runs, tasks
+from sparring.pipeline.config import PURE_STEPS, PipelineConfig
+from sparring.tracking import connect, numeric
+
+GPU_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "pipeline-gpu.yaml"
+
+
+def gpu_cfg(**update) -> PipelineConfig:
+    """configs/pipeline-gpu.yaml with fields replaced (`kubernetes__eval_gpus=0`)."""
+    data = yaml.safe_load(GPU_CONFIG.read_text())
+    for path, value in update.items():
+        *parents, leaf = path.split("__")
+        node = data
+        for key in parents:
+            node = node[key]
+        node[leaf] = value
+    return PipelineConfig.model_validate(data)
+
+
+# ---- 1. Metrics metadata on the backend --------------------------------------------------------
+def test_only_numeric_metadata_is_a_metric():
+    metadata = {"eval/x": 0.5, "rollout/games": 4, "display_name": "metrics"}
+    metadata |= {"store_session_info": '{"Provider": "s3"}', "flag": True}
+    assert numeric(metadata) == {"eval/x": 0.5, "rollout/games": 4.0}
+
+
+# ---- run parameters and the compile-time fingerprint ----------------------------------------
+def test_a_changed_run_parameter_sets_its_field_and_an_unchanged_one_keeps_the_config():
+    cfg = gpu_cfg()
+    compiled = run_params.compile_time(cfg)
+    config = cfg.model_copy(update={"games_per_iteration": 256}).model_dump_json()
+    params = run_params.values(cfg) | {"learning_rate": 3e-6, "sampling_seed": -1.0}
+    got = run_params.resolve(config, params, compiled)
+    assert got.grpo_config().lr == 3e-6 and got.rollout.sampling.seed is None
+    assert got.games_per_iteration == 256  # set in `config`, its parameter left at its default
+    assert run_params.resolve(cfg.model_dump_json(), run_params.values(cfg), compiled) == cfg
+
+
+def test_a_field_changed_both_ways_is_rejected():
+    cfg = gpu_cfg()
+    config = gpu_cfg(registered_model="from-config").model_dump_json()
+    with pytest.raises(ValueError, match="registered_model='from-param' conflicts with the `conf"):
+        run_params.resolve(config, {"registered_model": "from-param"}, run_params.compile_time(cfg))
+
+
+def test_a_config_that_changes_the_graph_is_rejected():
+    cfg = gpu_cfg()
+    config = gpu_cfg(iterations=3, kubernetes__eval_gpus=0).model_dump_json()
+    with pytest.raises(ValueError, match=r"compile-time fields \['iterations', 'kubernetes'\]"):
+        run_params.resolve(config, {}, run_params.compile_time(cfg))
+
+
+def test_the_ui_shows_typed_described_parameters_and_the_champion(tmp_path):
+    cfg = gpu_cfg(iterations=2)
+    spec = next(
+        yaml.safe_load_all(Path(compile_pipeline(cfg, str(tmp_path / "p.yaml"))).read_text())
+    )
+    params = spec["root"]["inputDefinitions"]["parameters"]
+    kinds = {str: "STRING", int: "NUMBER_INTEGER", float: "NUMBER_DOUBLE"}
+    for name, param in run_params.RUN_PARAMETERS.items():
+        assert params[name]["parameterType"] == kinds[param.type]
+        assert params[name]["description"] == param.help
+        assert params[name]["defaultValue"] == pytest.approx(run_params.values(cfg)[name])
+    assert spec["pipelineInfo"]["description"].startswith("Self-play GRPO")
+    outputs = spec["root"]["outputDefinitions"]["parameters"]
+    assert set(outputs) == {"champion_version", "champion_score"}
+
+
+# ---- 3. the device per step ------------------------------------------------------------------
+def test_a_step_without_accelerators_runs_on_the_cpu():
+    cfg = gpu_cfg(kubernetes__eval_gpus=0)
+    assert cfg.for_step("evaluate").device == "cpu" and cfg.for_step("register").device == "cpu"
+    assert cfg.for_step("rollout").device == cfg.for_step("train").device == "cuda"
+    with pytest.raises(ValidationError, match="no step requests an accelerator"):
+        gpu_cfg(kubernetes__rollout_gpus=0, kubernetes__train_gpus=0, kubernetes__eval_gpus=0)
+
+
+# ---- static checks over the compiled IR -------------------------------------------------------
+def test_every_task_is_non_root_bounded_and_side_effect_tasks_never_cache(tmp_path):
+    cfg = gpu_cfg(
+        iterations=2, kubernetes__caching=True, kubernetes__image_pull_secrets=["regcred"]
+    )
+    spec, platform = yaml.safe_load_all(
+        Path(compile_pipeline(cfg, str(tmp_path / "p.yaml"))).read_text()
+    )
+    run_config = platform["platforms"]["kubernetes"]["pipelineConfig"]
+    assert run_config["activeDeadlineSeconds"] == cfg.kubernetes.run_deadline_seconds
+    k8s = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    dags = [spec["root"], *(c for c in spec["components"].values() if "dag" in c)]
+    tasks_ = [t for d in dags for t in d["dag"]["tasks"].values()]
+    executed = [
+        t for t in tasks_ if "executorLabel" in spec["components"][t["componentRef"]["name"]]
+    ]
+    assert len(executed) == 3 + 4 * cfg.iterations + 1
+    for task in executed:
+        label = spec["components"][task["componentRef"]["name"]]["executorLabel"]
+        container = spec["deploymentSpec"]["executors"][label]["container"]
+        assert k8s[label]["securityContext"] == {
+            "runAsUser": "10001",
+            "runAsGroup": "0",
+            "runAsNonRoot": True,
+        }
+        assert [s["secretName"] for s in k8s[label]["imagePullSecret"]] == ["regcred"]
+        assert int(k8s[label]["activeDeadlineSeconds"]) > 0
+        assert {"/tmp"} <= {m["mountPath"] for m in k8s[label]["emptyDirMounts"]}
+        res = container["resources"]
+        assert {
+            "resourceCpuRequest",
+            "resourceCpuLimit",
+            "resourceMemoryRequest",
+            "resourceMemoryLimit",
+        } <= set(res)
+        env = {e["name"]: e["value"] for e in container["env"]}
+        assert (
+            env["AWS_REQUEST_CHECKSUM_CALCULATION"]
+            == env["AWS_RESPONSE_CHECKSUM_VALIDATION"]
+            == "when_required"
+        )
+        pure = task["taskInfo"]["name"] in PURE_STEPS
+        assert task["cachingOptions"].get("enableCache", False) is pure
+
+
+# ---- run identity, retried start, stale parents, a quote in the display name ------------------
+@pytest.fixture
+def cfg(s3_server, tmp_path, monkeypatch) -> PipelineConfig:
+    for key, value in s3_server.env().items():
+        monkeypatch.setenv(key, value)
+    return PipelineConfig.model_validate(
+        {
+            "game": {"params": {"k": 3}},
+            "storage": {"root": f"s3://sparring/contract-{uuid.uuid4().hex[:6]}"},
+            "tracking": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "c"},
+        }
+    )
+
+
+def test_start_keys_storage_on_the_run_id_and_a_retry_reuses_the_parent(cfg):
+    job = str(uuid.uuid4())
+    name, parent = tasks.start(cfg, job, "it's nightly")
+    assert name == job and tasks.start(cfg, job, "it's nightly") == (job, parent)
+    run = connect(cfg.tracking).get_run(parent)
+    assert run.data.tags["kfp.run_name"] == "it's nightly" and run.info.run_name == "it's nightly"
+    summary = tasks.finish(cfg, job, "it's nightly")
+    assert "## it's nightly: FINISHED" in summary and parent in summary
+    assert connect(cfg.tracking).get_run(parent).info.status == "FINISHED"
+
+
+def test_start_closes_parent_runs_older_than_the_run_deadline(cfg):
+    client = connect(cfg.tracking)
+    tasks.start(cfg, "first", "a")  # creates the experiment
+    experiment = client.get_experiment_by_name(cfg.tracking.experiment).experiment_id
+    old = int((time.time() - cfg.kubernetes.run_deadline_seconds - 60) * 1000)
+    stale = client.create_run(experiment, start_time=old, tags={runs.PIPELINE_TAG: cfg.name})
+    live = runs.find_parent(cfg, client, "first")
+    tasks.start(cfg, "second", "b")
+    assert client.get_run(stale.info.run_id).info.status == "KILLED"
+    assert client.get_run(live.info.run_id).info.status == "RUNNING"  # within its deadline
+
+
+# ---- 6. models from S3 on the configured endpoint ---------------------------------------------
+def test_an_s3_model_loads_from_the_configured_endpoint_alone(
+    cfg, s3_server, tiny_model_dir, tmp_path, monkeypatch
+):
+    uri = f"{cfg.storage.root}/seed/checkpoint"
+    storage.upload_dir(tiny_model_dir, uri)
+    for key in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):  # a pod gets only the two keys
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("SPARRING_MODEL_CACHE", str(tmp_path / "cache"))
+    first = cfg.model_copy(
+        update={
+            "model": uri,
+            "storage": cfg.storage.model_copy(update={"endpoint_url": s3_server.endpoint_url}),
+        }
+    )
+    tasks.initial_model(first, tmp_path / "m0")
+    assert (tmp_path / "m0" / "model.safetensors").exists()
+
+
+# ---- 5. write-once checkpoints, 9. checksums -------------------------------------------------
+def test_a_checkpoint_prefix_is_write_once(s3_server, tiny_model_dir, tmp_path):
+    config = storage.StorageConfig(
+        endpoint_url=s3_server.endpoint_url,
+        access_key_id=s3_server.access_key,
+        secret_access_key=s3_server.secret_key,
+    )
+    uri = f"s3://sparring/once-{uuid.uuid4().hex[:6]}/0/checkpoint"
+    first = storage.upload_dir(tiny_model_dir, uri, config, write_once=True)
+    assert storage.upload_dir(tiny_model_dir, uri, config, write_once=True) == first  # a retry
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "model.safetensors").write_bytes(b"new weights")
+    with pytest.raises(storage.AlreadyStoredError, match="write-once"):
+        storage.upload_dir(other, uri, config, write_once=True)
+    assert storage.verify(uri, config, deep=True) == first
+    client = config.client()
+    assert client.meta.config.request_checksum_calculation == "when_required"
+    assert client.meta.config.response_checksum_validation == "when_required"
+
+
+# ---- 7. pipeline versions and run names -------------------------------------------------------
+def test_pipeline_versions_are_named_by_content_and_run_names_are_unique(tmp_path):
+    cfg = gpu_cfg(iterations=1)
+    a = compile_pipeline(cfg, str(tmp_path / "a.yaml"))
+    b = compile_pipeline(cfg, str(tmp_path / "b.yaml"))
+    c = compile_pipeline(gpu_cfg(iterations=2), str(tmp_path / "c.yaml"))
+    assert version_name(cfg, a) == version_name(cfg, b) != version_name(cfg, c)
+    assert version_name(cfg, a).startswith(f"{cfg.name}-")
+    assert len({unique_run_name("nightly") for _ in range(20)}) == 20

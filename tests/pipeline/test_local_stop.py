@@ -1,0 +1,69 @@
+"""`sparring run` stopped by a real SIGTERM: the local S3 server stops, the MLflow parent run is
+KILLED, the partial artifacts are named and the exit status is 128 + 15."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sparring.pipeline import runs
+from sparring.pipeline.config import PipelineConfig
+from sparring.tracking import connect
+
+pytestmark = pytest.mark.slow
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_sigterm_stops_the_services_and_kills_the_parent_run(tmp_path: Path):
+    config = {
+        "game": {"params": {"k": 3, "max_turns": 2}},
+        "iterations": 2,
+        "games_per_iteration": 4,
+        "device": "cpu",
+        "game_init": {"num_train": 4, "num_val": 1},
+        "rollout": {"games_per_init": 2, "sampling": {"max_new_tokens": 8}},
+        "storage": {"root": "s3://sparring/stopped"},  # no endpoint: `run` starts SeaweedFS
+        "tracking": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "stop"},
+    }
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "MLFLOW_"))}
+    command = [str(Path(sys.executable).parent / "sparring"), "run", "--config", str(path)]
+    command += ["--workdir", str(tmp_path / "runs"), "--run-name", "stopped-run"]
+    proc = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    lines, port = [], None
+    for line in proc.stdout:  # wait until the services are up and a task runs
+        lines.append(line)
+        if found := re.search(r"local S3 \(SeaweedFS\) at http://127\.0\.0\.1:(\d+)", line):
+            port = int(found.group(1))
+        if "Executing task" in line and "game-init" in line:
+            break
+    assert port and _listening(port), "".join(lines)
+    time.sleep(2)  # the task's process is running
+    proc.send_signal(signal.SIGTERM)
+    out = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 128 + signal.SIGTERM, "".join(lines) + out
+    deadline = time.monotonic() + 10
+    while _listening(port) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _listening(port)
+    assert "partial artifacts in s3://sparring/stopped/stopped-run" in out
+    cfg = PipelineConfig.model_validate(config)
+    parent = runs.find_parent(cfg, connect(cfg.tracking), "stopped-run", tag=runs.RUN_TAG)
+    assert parent.info.status == "KILLED"
