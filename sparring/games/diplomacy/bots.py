@@ -1,6 +1,7 @@
 """Scripted Diplomacy bots: `hold`, `random-legal` and `greedy`.
 
-Each bot sends no press ("NONE") and writes one order per unit in movement phases. The order
+Each bot sends no press ("NONE") and writes one order per unit in movement phases; asked for
+retreats and builds (`retreats: policy`) it gives the default `auto_orders`. The order
 choosers work on a raw engine (`diplomacy.Game`) so scenario generation can use them too:
 - `hold_orders`: every unit holds.
 - `random_orders`: a uniformly random legal order per unit (supports and convoys included).
@@ -101,6 +102,10 @@ class _OrderBot:
     def act(self, game: DiplomacyGame, seat: int) -> str:
         if game.action_kind == "press":
             return "NONE"
+        if game.action_kind == "adjust":  # retreats and builds asked of the seat: the default
+            from sparring.games.diplomacy.scenarios import auto_orders
+
+            return "\n".join(auto_orders(game.engine, game.roles[seat], self.rng)) or "WAIVE"
         return "\n".join(self.choose(game.engine, game.roles[seat], self.rng)) or "NONE"
 
 

@@ -1,30 +1,30 @@
 """Diplomacy: seven powers over the `diplomacy` engine (PyPI 1.1.2, AGPL-3.0, optional extra).
 
-    game = make_game("diplomacy", horizon=4, press=True)
+    game = make_game("diplomacy", horizon=1, press=True)
     game.reset(game.generate_state(seed=0))
     while not game.done:
         for seat in game.pending_seats:          # simultaneous: every power that must act
             game.step(seat, policy(game.messages(seat)))
     game.rewards                                  # one float per power
 
-Rules of the adapter:
+Rules of the adapter (docs/games.md has the full text):
 - Seats are the seven powers (`ROLES`). An episode starts from a **scenario** (see
-  `generate_state`): a 1901 opening or a later position reached by scripted play, labelled
-  with its stage (opening 1901-03, midgame 1904-08, endgame 1909+). It runs for `horizon`
-  movement phases, then the following retreat/adjustment phases, and ends at the next
-  movement phase (or when the engine says the game is over).
-- Each movement phase: an optional **press** round (every power with units writes lines
-  `POWER: message` or `ALL: message`, sent through the engine's `Message`), then **orders**
-  (every power with orderable locations writes one order per line, simultaneously).
-- Order parsing is forgiving (case, bullets, `->`, `to`, `HOLD`, `SUPPORTS`, missing coast).
-  A line that starts like an order (`A xxx`/`F xxx`) but is not a legal order of one of the
-  power's units is **invalid**: the unit holds and the power's invalid count grows. Other
-  lines are free text and ignored. Units without an order hold (counted as missing).
-- Retreats and builds are not asked of the policy; `auto_orders` plays them (a random legal
-  retreat else disband; builds in free home centers up to the allowance; the engine's civil
-  disorder rule picks disbands).
+  `scenarios.generate_state`): a 1901 opening or a later spring reached by scripted play,
+  labelled with its stage, filtered for balance (`max_start_centers`, `allow_eliminated`).
+  It lasts `horizon` game years: spring and fall moves, retreats and the winter adjustment,
+  so supply centers (which change only after a fall) always have a chance to move.
+- Each movement phase: `press_rounds` **press** rounds (every power writes `[to GERMANY]
+  text` / `[to ALL] text` lines; messages are delivered at the end of each round, so a power
+  can answer before orders are due), then **orders** (simultaneous).
+- Orders are read forgivingly (`orders.parse_orders`: JSON lists, full names, arrows, commas,
+  markdown, comments). A candidate naming one of the power's units that is not legal is
+  **invalid** (the unit holds; the power is told which and why). Free text is ignored. A
+  turn whose every order was invalid returns ok=False and is retried up to `max_retries`
+  times; then the power's units hold (forfeited).
+- Retreats and builds: `retreats: auto` plays them by `auto_orders`; `retreats: policy`
+  asks the powers, listing their legal options.
 - Reward (swappable, `REWARDS`): by default a power's supply centers at the end / 18, capped
-  at 1, minus `invalid_penalty` per invalid order; an eliminated power gets exactly 0.
+  at 1, minus `invalid_penalty` per invalid order, floored at 0; an eliminated power gets 0.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from pydantic import BaseModel, Field
 
 from sparring.games.base import Game, GameStats, StepResult, TurnRecord
 from sparring.games.diplomacy.board import ROLES, WIN_CENTERS, Engine, Message
+from sparring.games.diplomacy.observation import adjust_prompt, board_view, power_view
 from sparring.games.diplomacy.orders import parse_orders, parse_press
 from sparring.games.diplomacy.scenarios import generate_state, set_auto_orders
 
@@ -61,19 +62,21 @@ class PowerResult:
 
 
 def centers_reward(r: PowerResult, invalid_penalty: float) -> float:
-    """centers / 18 capped at 1, minus a penalty per invalid order; eliminated = 0."""
+    """centers / 18 capped at 1, minus a penalty per invalid order, floored at 0;
+    eliminated = 0."""
     if r.eliminated:
         return 0.0
-    return min(r.centers / WIN_CENTERS, 1.0) - invalid_penalty * r.invalid_orders
+    return max(min(r.centers / WIN_CENTERS, 1.0) - invalid_penalty * r.invalid_orders, 0.0)
 
 
 def center_gain_reward(r: PowerResult, invalid_penalty: float) -> float:
     """0.5 + (centers gained since the scenario start) / 18, clipped to [0, 1], minus the
-    invalid-order penalty; eliminated = 0. Fairer across unequal mid-game starts."""
+    invalid-order penalty, floored at 0; eliminated = 0. Fairer across unequal mid-game
+    starts."""
     if r.eliminated:
         return 0.0
-    gain = 0.5 + (r.centers - r.start_centers) / WIN_CENTERS
-    return min(max(gain, 0.0), 1.0) - invalid_penalty * r.invalid_orders
+    gain = min(max(0.5 + (r.centers - r.start_centers) / WIN_CENTERS, 0.0), 1.0)
+    return max(gain - invalid_penalty * r.invalid_orders, 0.0)
 
 
 RewardFn = Callable[[PowerResult, float], float]
@@ -83,22 +86,32 @@ REWARDS: dict[str, RewardFn] = {"centers": centers_reward, "center_gain": center
 class DiplomacyConfig(BaseModel):
     """Rule parameters of a Diplomacy episode (the `game_params` of a run)."""
 
-    horizon: int = Field(2, ge=1)
-    """Movement phases per episode (2 = one game year)."""
+    horizon: int = Field(1, ge=1)
+    """Game years per episode (spring and fall moves, retreats, winter adjustment)."""
     press: bool = True
-    """Run a press round before each movement phase's orders."""
+    """Run press rounds before each movement phase's orders."""
+    press_rounds: int = Field(2, ge=1)
+    """Press rounds per movement phase (messages are delivered after each round)."""
     press_max_messages: int = Field(3, ge=0)
     """Press lines kept per power per round."""
     press_max_chars: int = Field(160, ge=1)
     """Each press message is cut to this many characters."""
     observation: Literal["compact", "full"] = "compact"
-    """compact: per unit, its move destinations; full: every legal order of every unit."""
+    """compact: per unit, its moves, supports and convoys grouped; full: every legal order."""
+    retreats: Literal["auto", "policy"] = "auto"
+    """Who plays retreats and builds: `auto_orders`, or the powers (with legal options)."""
+    max_retries: int = Field(1, ge=0)
+    """Retries of an orders turn whose every order was invalid, before the units hold."""
     reward: str = "centers"
     """Name of the reward function in `REWARDS`."""
     invalid_penalty: float = Field(0.01, ge=0.0)
     """Subtracted from the reward per invalid order."""
     stages: list[Literal["opening", "midgame", "endgame"]] = ["opening", "midgame", "endgame"]
     """Scenario stages `generate_state` draws from (uniformly)."""
+    max_start_centers: int | None = Field(10, ge=3)
+    """Scenario filter: no power starts above this many centers (None: no limit)."""
+    allow_eliminated: bool = False
+    """Scenario filter: allow starts where a power is already eliminated."""
 
     def model_post_init(self, _: Any) -> None:
         if self.reward not in REWARDS:
@@ -142,7 +155,8 @@ class DiplomacyGame(Game):
         self.state: dict[str, Any] | None = None
 
     def generate_state(self, seed: int) -> dict[str, Any]:
-        return generate_state(seed, self.cfg.stages)
+        c = self.cfg
+        return generate_state(seed, c.stages, c.max_start_centers, c.allow_eliminated)
 
     def group_keys(self, seat: int) -> dict[str, str]:
         """`country` (the seat's power) and `country_stage` (power / scenario stage)."""
@@ -156,8 +170,12 @@ class DiplomacyGame(Game):
         self.engine.remove_rule("NO_PRESS")
         self._rng = random.Random(f"{state['seed']}:auto")
         self._moves_done = 0
-        self._kind: Literal["press", "orders"] = "press"
+        self._end_phase = f"S{state['year'] + self.cfg.horizon}M"  # the episode ends here
+        self._kind: Literal["press", "orders", "adjust"] = "press"
+        self._press_round = 1
+        self._outbox: list[tuple[str, str, str]] = []  # (sender, recipient, text) this round
         self._acted: set[int] = set()
+        self._retries = [0] * 7
         self._done = False
         self._turn = 0
         self._transcript: list[TurnRecord] = []
@@ -180,7 +198,8 @@ class DiplomacyGame(Game):
 
     @property
     def action_kind(self) -> str:
-        """What the pending seats are asked for now: "press" or "orders"."""
+        """What the pending seats are asked for now: "press", "orders" (movement) or "adjust"
+        (retreats and builds, with `retreats: policy`)."""
         return self._kind
 
     @property
@@ -222,55 +241,96 @@ class DiplomacyGame(Game):
 
     # ---- the move ------------------------------------------------------------------------------
     def _act(self, seat: int, text: str) -> StepResult:
-        """Press or orders; invalid order lines hold and are listed in `action["invalid"]`."""
-        action = self._press(seat, text) if self._kind == "press" else self._orders(seat, text)
+        """Press or orders. Invalid order candidates hold and are listed in `action["invalid"]`;
+        a turn with only invalid orders is refused (ok=False) until its retries run out."""
+        if self._kind == "press":
+            action = self._press(seat, text)
+        else:
+            action = self._orders(seat, text)
+            if action["invalid"] and not action["given"]:
+                return self._refuse(seat, text, action)
+            self._submit(seat, action)
         self._transcript.append(TurnRecord(self._turn, seat, text, True, action=action))
         self._acted.add(seat)
         if not self.pending_seats:
             self._advance()
         return StepResult(ok=True, action=action)
 
+    def _refuse(self, seat: int, text: str, action: dict[str, Any]) -> StepResult:
+        """Every order was invalid: tell the power why; after `max_retries` its units hold."""
+        self._retries[seat] += 1
+        forfeited = self._retries[seat] > self.cfg.max_retries
+        error = "no valid order: " + _reasons(action["invalid"])
+        self._transcript.append(TurnRecord(self._turn, seat, text, False, error, action, forfeited))
+        if not forfeited:
+            self._stats.invalid_actions[seat] += 1  # (`_submit` counts the forfeited try)
+            self._tell(seat, f"Error: {error}. Write your orders again.")
+            return StepResult(ok=False, error=error, action=action)
+        self._submit(seat, action)
+        self._acted.add(seat)
+        if not self.pending_seats:
+            self._advance()
+        return StepResult(ok=False, error=error, action=action, forfeited=True)
+
     def _press(self, seat: int, text: str) -> dict[str, Any]:
-        power, phase = self._role(seat), self.engine.get_current_phase()
+        power = self._role(seat)
         sent = parse_press(text, power, self.cfg.press_max_messages, self.cfg.press_max_chars)
-        for recipient, body in sent:
-            to = "GLOBAL" if recipient == "ALL" else recipient
-            self.engine.add_message(Message(sender=power, recipient=to, message=body, phase=phase))
+        self._outbox += [(power, recipient, body) for recipient, body in sent]
         self.power_stats[seat].press_sent += len(sent)
         return {"type": "press", "messages": [list(m) for m in sent]}
 
     def _orders(self, seat: int, text: str) -> dict[str, Any]:
-        """Parse and hand the power's orders to the engine; a unit without a legal order holds
-        (the action's `orders` are exactly what the engine gets, holds included)."""
+        """Parse the power's orders (movement or, with `retreats: policy`, retreats/builds)."""
         power = self._role(seat)
         locs = self.engine.get_orderable_locations(power)
-        orders, invalid = parse_orders(text, self._possible_orders(), locs)
+        parsed = parse_orders(text, self._possible_orders(), locs)
         stats = self.power_stats[seat]
-        stats.orders += len(orders)
-        stats.invalid_orders += len(invalid)
-        stats.missing_orders += len(locs) - len(orders)
-        units = {u.split()[1].split("/")[0]: u for u in self.engine.get_units(power)}
-        orders = [orders.get(loc, f"{units[loc]} H") for loc in locs]  # unordered units hold
-        self.engine.set_orders(power, orders)
-        self._stats.invalid_actions[seat] += bool(invalid)  # turns with an invalid order
-        if invalid:
-            self._feedback[seat].append(f"Invalid orders ignored: {'; '.join(invalid[:5])}")
-        return {"type": "orders", "orders": orders, "invalid": invalid}
+        stats.orders += len(parsed.orders)
+        stats.invalid_orders += len(parsed.invalid)
+        invalid = [f"{line} ({why})" for line, why in parsed.invalid]
+        if self._kind == "adjust":
+            orders = [*parsed.orders.values(), *["WAIVE"] * parsed.waive]
+        else:  # a movement phase: units without a legal order hold
+            units = {u.split()[1].split("/")[0]: u for u in self.engine.get_units(power)}
+            orders = [parsed.orders.get(loc, f"{units[loc]} H") for loc in locs]
+            stats.missing_orders += len(locs) - len(parsed.orders)
+        given = len(parsed.orders) + parsed.waive
+        return {"type": "orders", "orders": orders, "invalid": invalid, "given": given}
+
+    def _submit(self, seat: int, action: dict[str, Any]) -> None:
+        """Hand the orders to the engine and note the invalid ones for the power's next view."""
+        self.engine.set_orders(self._role(seat), action["orders"])
+        self._retries[seat] = 0
+        if action["invalid"]:
+            self._stats.invalid_actions[seat] += 1  # turns with an invalid order
+            self._feedback[seat].append(
+                f"Invalid orders (those units held): {_reasons(action['invalid'])}"
+            )
 
     def _advance(self) -> None:
-        """Press round over -> ask for orders; orders in -> resolve the phase and go on."""
+        """Press round over -> next round or orders; orders in -> resolve and go on."""
         self._turn += 1
         self._acted = set()
         if self._kind == "press":
-            self._kind = "orders"
-            self._deliver_press()
+            last_round = self._press_round >= self.cfg.press_rounds
+            self._kind = "orders" if last_round else "press"
+            self._press_round += 1
+            self._deliver_press(self._orders_prompt() if last_round else self._press_prompt())
             return
+        moved = self.engine.phase_type == "M"
         self.engine.process()
-        self._moves_done += 1
+        self._moves_done += moved
         while self.engine.phase_type != "M" and not self.engine.is_game_done:
+            if self.cfg.retreats == "policy" and self._movers():
+                self._kind = "adjust"
+                for seat in self._movers():
+                    self._tell(
+                        seat, "\n".join([*self._take_feedback(seat), self._adjust_prompt(seat)])
+                    )
+                return
             set_auto_orders(self.engine, self._rng)
             self.engine.process()
-        if self._moves_done >= self.cfg.horizon or self.engine.is_game_done:
+        if self.engine.get_current_phase() == self._end_phase or self.engine.is_game_done:
             self._done = True
         else:
             self._start_phase()
@@ -282,6 +342,7 @@ class DiplomacyGame(Game):
 
     def _start_phase(self) -> None:
         self._kind = "press" if self.cfg.press else "orders"
+        self._press_round = 1
         if not self._movers():  # nobody can move (never in practice): end the episode
             self._done = True
             return
@@ -289,61 +350,37 @@ class DiplomacyGame(Game):
             ask = self._press_prompt() if self.cfg.press else self._orders_prompt()
             self._tell(seat, self.observation(seat) + "\n" + ask)
 
-    def _deliver_press(self) -> None:
-        phase = self.engine.get_current_phase()
+    def _deliver_press(self, ask: str) -> None:
+        """Give every power the messages of the round just over, then the next request."""
         for seat, power in enumerate(ROLES):
             heard = [
-                f"{m.sender}{' (to all)' if m.recipient == 'GLOBAL' else ''}: {m.message}"
-                for m in self.engine.messages.values()
-                if m.phase == phase and m.recipient in (power, "GLOBAL") and m.sender != power
+                f"{sender}{' (to all)' if to == 'ALL' else ''}: {body}"
+                for sender, to, body in self._outbox
+                if to in (power, "ALL") and sender != power
             ]
             news = "Messages:\n" + "\n".join(heard) if heard else "No messages."
-            self._tell(seat, news + "\n" + self._orders_prompt())
+            self._tell(seat, news + "\n" + ask)
+        phase = self.engine.get_current_phase()
+        for sender, to, body in self._outbox:
+            recipient = "GLOBAL" if to == "ALL" else to
+            self.engine.add_message(
+                Message(sender=sender, recipient=recipient, message=body, phase=phase)
+            )
+        self._outbox = []
 
     def observation(self, seat: int) -> str:
-        """The compact text view of `seat` at the start of a movement phase."""
-        e, power = self.engine, self._role(seat)
-        phase = e.get_current_phase()
-        head = (
-            f"{'Spring' if phase[0] == 'S' else 'Fall'} {phase[1:5]}, move {self._moves_done + 1} of "
-            f"{self.cfg.horizon}."
+        """The text view of `seat` at the start of a movement phase: the board (the same for
+        every power, so the seven prompts share it as a prefix), then the power's own part."""
+        year = int(self.engine.get_current_phase()[1:5])
+        board = board_view(self.engine, year - self.state["year"] + 1, self.cfg.horizon)
+        own = power_view(
+            self.engine, self._role(seat), self._possible_orders(), self.cfg.observation
         )
-        counts = " ".join(f"{p[:3]} {len(e.get_centers(p))}" for p in ROLES)
-        units = "; ".join(f"{p[:3]} {', '.join(e.get_units(p))}" for p in ROLES if e.get_units(p))
-        lines = [  # the board first: the same for all seven powers, a prefix their prompts share
-            head,
-            f"Centers: {counts}",
-            f"Units: {units}",
-            f"You are {power}. Your centers: {' '.join(sorted(e.get_centers(power))) or 'none'}",
-            *self._feedback[seat],
-        ]
-        self._feedback[seat] = []
-        locs = e.get_orderable_locations(power)
-        if not locs:
-            return "\n".join([*lines, "You have no units to order."])
-        possible = self._possible_orders()
-        lines.append(
-            "Your units and legal moves:"
-            if self.cfg.observation == "compact"
-            else "Your units and legal orders:"
-        )
-        for unit in e.get_units(power):
-            legal = possible.get(unit.split()[1].split("/")[0], [])
-            if self.cfg.observation == "full":
-                lines.append(f"{unit}: " + " | ".join(sorted(legal)))
-            else:
-                dests = sorted(
-                    {
-                        o.split(" - ")[1]
-                        for o in legal
-                        if " - " in o
-                        and " S " not in o
-                        and " C " not in o
-                        and not o.endswith("VIA")
-                    }
-                )
-                lines.append(f"{unit} -> {' '.join(dests) or '(hold only)'}")
-        return "\n".join(lines)
+        return "\n".join([board, *self._take_feedback(seat), own])
+
+    def _take_feedback(self, seat: int) -> list[str]:
+        lines, self._feedback[seat] = self._feedback[seat], []
+        return lines
 
     def _possible_orders(self) -> dict[str, list[str]]:
         """The engine's legal orders per location, computed once per phase (the engine
@@ -353,10 +390,14 @@ class DiplomacyGame(Game):
             self._possible = (phase, self.engine.get_all_possible_orders())
         return self._possible[1]
 
+    def _adjust_prompt(self, seat: int) -> str:
+        return adjust_prompt(self.engine, self._role(seat), self._possible_orders())
+
     def _press_prompt(self) -> str:
         return (
-            f"Press: up to {self.cfg.press_max_messages} lines 'POWER: message' or "
-            "'ALL: message', or NONE."
+            f"Press round {self._press_round} of {self.cfg.press_rounds}: up to "
+            f"{self.cfg.press_max_messages} lines '[to GERMANY] message' or '[to ALL] message' "
+            "(other lines stay private), or NONE."
         )
 
     @staticmethod
@@ -366,13 +407,24 @@ class DiplomacyGame(Game):
     def _system_prompt(self) -> str:
         """The rules, the same for every power (each observation says which power it is), so
         all prompts of a rollout share them as a prefix."""
-        press = "send short messages, then " if self.cfg.press else ""
+        years = f"{self.cfg.horizon} game year" + ("s" if self.cfg.horizon > 1 else "")
+        press = (
+            "Before orders you may send messages: a line '[to FRANCE] text' goes to France, "
+            "'[to ALL] text' to everyone; other lines are private notes. "
+            if self.cfg.press
+            else ""
+        )
+        builds = (
+            "After fall you choose retreats and builds from the listed options. "
+            if self.cfg.retreats == "policy"
+            else "Retreats and builds are automatic. "
+        )
         return (
             "You play one of the seven powers in Diplomacy (standard map, 34 supply centers). "
-            f"Own as many supply centers as you can after {self.cfg.horizon} movement "
-            f"phases. Each phase you {press}give one order per unit: hold 'A PAR H', move "
-            "'A PAR - BUR', support 'A MAR S A PAR - BUR', convoy 'F ENG C A LON - BRE'. "
-            "Illegal or missing orders hold. Retreats and builds are automatic."
+            f"Own as many supply centers as you can after {years}; centers change hands "
+            f"after each fall. {press}Give one order per unit: hold 'A PAR H', move "
+            "'A PAR - BUR', support 'A MAR S A PAR - BUR' or 'A MAR S F BRE', convoy "
+            f"'F ENG C A LON - BRE'. Illegal or missing orders hold. {builds}"
         )
 
     @staticmethod
@@ -399,3 +451,8 @@ class DiplomacyGame(Game):
         if not any(k.endswith("/all/reward_mean") for k in metrics):  # no vs-bots eval ran
             return {}
         return write_country_report(metrics, out_dir)
+
+
+def _reasons(invalid: list[str]) -> str:
+    """The first few invalid candidates with their reasons, for the power's feedback."""
+    return "; ".join(invalid[:5]) + (f"; and {len(invalid) - 5} more" if len(invalid) > 5 else "")

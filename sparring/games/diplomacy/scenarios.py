@@ -17,13 +17,41 @@ def stage_of(year: int) -> str:
     return "opening" if year <= 1903 else "midgame" if year <= 1908 else "endgame"
 
 
-def generate_state(seed: int, stages: list[str] | tuple[str, ...] = tuple(STAGES)) -> dict:
+MAX_TRIES = 50
+"""Scenario draws before `generate_state` gives up on its filters."""
+
+
+def generate_state(
+    seed: int,
+    stages: list[str] | tuple[str, ...] = tuple(STAGES),
+    max_start_centers: int | None = None,
+    allow_eliminated: bool = True,
+) -> dict:
     """A seeded, JSON-serialisable scenario; the same arguments always give the same state.
 
     Draw a stage and a start year in it, then play scripted bots (each power greedy or
-    random-legal, drawn per power) from 1901 up to that year's spring movement phase.
+    random-legal, drawn per power) from 1901 up to that year's spring movement phase. Redraw
+    (from the same seeded stream) while a power holds more than `max_start_centers` centers
+    or, unless `allow_eliminated`, a power is eliminated; `attempts` says how many draws it took.
     """
     rng = random.Random(seed)
+    for attempt in range(1, MAX_TRIES + 1):
+        state = _play_scenario(rng, stages)
+        if state is None:  # a solo victory before the start year: no game left to play
+            continue
+        counts = [len(c) for c in state["centers"].values()]
+        balanced = max_start_centers is None or max(counts) <= max_start_centers
+        if balanced and (allow_eliminated or not state["eliminated"]):
+            return {"seed": int(seed), "attempts": attempt, **state}
+    raise ValueError(
+        f"no scenario within {MAX_TRIES} draws for seed {seed} passes max_start_centers="
+        f"{max_start_centers}, allow_eliminated={allow_eliminated}; relax the filters"
+    )
+
+
+def _play_scenario(rng: random.Random, stages: list[str] | tuple[str, ...]) -> dict | None:
+    """One draw: a stage, a start year, bots per power, and the position they reach (None if
+    the game ended first)."""
     stage = rng.choice(list(stages))
     year = rng.randint(*STAGES[stage])
     bots = {p: rng.choice(("greedy", "random-legal")) for p in ROLES}
@@ -36,15 +64,28 @@ def generate_state(seed: int, stages: list[str] | tuple[str, ...] = tuple(STAGES
         else:
             set_auto_orders(engine, rng)
         engine.process()
+    if engine.is_game_done:
+        return None
     return {
-        "seed": int(seed),
         "stage": stage_of(int(engine.get_current_phase()[1:5])),
         "year": int(engine.get_current_phase()[1:5]),
         "phase": engine.get_current_phase(),
         "scripted_by": bots,
         "centers": {p: sorted(engine.get_centers(p)) for p in ROLES},
+        "eliminated": [p for p in ROLES if not engine.get_centers(p) and not engine.get_units(p)],
         "engine": {k: v for k, v in engine.get_state().items() if k != "timestamp"},
     }
+
+
+def start_center_table(states: list[dict]) -> str:
+    """The distribution of start centers per power over scenarios, as a markdown table
+    (mean, min, max and the share of scenarios where the power starts eliminated)."""
+    rows = ["| power | mean | min | max | eliminated |", "|---|---|---|---|---|"]
+    for p in ROLES:
+        n = [len(s["centers"][p]) for s in states]
+        gone = sum(p in s.get("eliminated", []) for s in states) / len(states)
+        rows.append(f"| {p} | {sum(n) / len(n):.1f} | {min(n)} | {max(n)} | {gone:.2f} |")
+    return "\n".join(rows)
 
 
 def auto_orders(engine: Engine, power: str, rng: random.Random) -> list[str]:

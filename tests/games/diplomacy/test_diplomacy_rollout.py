@@ -14,7 +14,7 @@ from sparring.generation.hf import HFBackend  # noqa: E402
 from sparring.opponents import DifficultyConfig, DifficultySchedule, learner_rewards, plan_seats  # noqa: E402  # noqa: E402
 from sparring.rollout import RolloutConfig, play, rollout_stats  # noqa: E402
 
-PARAMS = {"horizon": 1, "press": True}
+PARAMS = {"horizon": 1, "press": True, "press_rounds": 1}  # one year: 2 x (press, orders)
 
 
 class CountingBackend(HFBackend):
@@ -43,10 +43,10 @@ def config(**kw) -> RolloutConfig:
 def test_selfplay_in_all_seven_seats_batches_every_power_per_step(inits, tiny_model_dir):
     backend = CountingBackend(str(tiny_model_dir), device="cpu")
     res = play(inits, {"policy": backend}, config(games_per_init=2), progress=False)
-    # one movement phase = a press step and an orders step; each step asks all 7 powers of
-    # all 4 games in one call
-    assert res.generate_calls == 2 and backend.batches == [28, 28]
-    assert all(len(e.transcript) == 14 and not e.truncated for e in res.episodes)
+    # one year = two movement phases of a press step and an orders step; each step asks all
+    # 7 powers of all 4 games in one call
+    assert res.generate_calls == 4 and backend.batches == [28] * 4
+    assert all(len(e.transcript) == 28 and not e.truncated for e in res.episodes)
     assert len(res.samples) == 28
     for row in res.samples:
         stage = next(e for e in res.episodes if e.game_id == row["game_id"]).state["stage"]
@@ -70,7 +70,7 @@ def test_learner_against_bots_and_a_checkpoint_via_the_seat_plan(inits, tiny_mod
     }
     res = play(inits, policies, config(games_per_init=2), progress=False, seat_plan=plan)
     # per step: one call for the 4 learner seats, one for the 2 x 6 checkpoint seats
-    assert learner.batches == [4, 4] and previous.batches == [12, 12]
+    assert learner.batches == [4] * 4 and previous.batches == [12] * 4
     learner_rows = [r for r in res.samples if r["policy"] == "policy"]
     assert len(learner_rows) == 4
     for row in learner_rows:
