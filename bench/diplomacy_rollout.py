@@ -1,6 +1,6 @@
 """Diplomacy: batched rollout of many games vs the same games played one at a time.
 
-    .venv/bin/python bench/diplomacy_rollout.py              # 16 games, one spring, with press
+    .venv/bin/python bench/diplomacy_rollout.py              # 16 games, one year, with press
     .venv/bin/python bench/diplomacy_rollout.py --games 2 --horizon 1 --max-new-tokens 8  # smoke
 
 All three ways use `sparring.rollout.play` with the same backend, seeded scenarios and
@@ -47,7 +47,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--games", type=int, default=16, help="seeded scenarios, played each way")
-    ap.add_argument("--horizon", type=int, default=1, help="movement phases per game")
+    ap.add_argument("--horizon", type=int, default=1, help="game years per game")
     ap.add_argument("--no-press", dest="press", action="store_false", help="skip press rounds")
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--model", help="checkpoint (default: a fresh tiny model)")

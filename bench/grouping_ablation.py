@@ -171,7 +171,7 @@ def main() -> None:
     args = ap.parse_args()
 
     work = args.out or Path(tempfile.mkdtemp(prefix="sparring-ablation-"))
-    params = {"horizon": 2, "press": False, "stages": ["opening"]}
+    params = {"horizon": 1, "press": False, "stages": ["opening"]}  # one game year
     warm = warm_start(work, params, args.warm, args.warm_epochs)
     train_inits = inits_of("train", args.train, params, seed=2)
     val_inits = inits_of("val", args.val, params, seed=2)

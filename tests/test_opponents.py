@@ -58,7 +58,7 @@ def test_schedule_loop_with_scripted_games():
     from sparring.games import make_game
     from sparring.rollout import RolloutConfig, play
 
-    game = make_game("diplomacy", horizon=2, press=False, stages=["opening"])
+    game = make_game("diplomacy", horizon=1, press=False, stages=["opening"])
     inits = [(f"s{i}", game.generate_state(i)) for i in range(7)]
     schedule = DifficultySchedule(DifficultyConfig(pool=POOL, window=1, raise_above=0.18))
     plan, rows = plan_seats(len(inits), ROLES, schedule, seed=0)
