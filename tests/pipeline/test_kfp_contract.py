@@ -138,6 +138,21 @@ def test_every_task_is_non_root_bounded_and_side_effect_tasks_never_cache(tmp_pa
         assert task["cachingOptions"].get("enableCache", False) is pure
 
 
+def test_the_charts_pull_secrets_reach_every_pipeline_pod(tmp_path):
+    from helm_python import Chart
+    from test_helm import CHART, MINIMAL, pipeline_config, render
+
+    values = MINIMAL | {"image": {**MINIMAL.get("image", {}), "pullSecrets": ["regcred"]}}
+    rendered = pipeline_config(render(Chart.load(str(CHART)), values))
+    cfg = PipelineConfig.model_validate(rendered | {"iterations": 1})
+    assert cfg.kubernetes.image_pull_secrets == ["regcred"]
+    _, platform = yaml.safe_load_all(
+        Path(compile_pipeline(cfg, str(tmp_path / "p.yaml"))).read_text()
+    )
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    assert all(e["imagePullSecret"][0]["secretName"] == "regcred" for e in executors.values())
+
+
 # ---- run identity, retried start, stale parents, a quote in the display name ------------------
 @pytest.fixture
 def cfg(s3_server, tmp_path, monkeypatch) -> PipelineConfig:

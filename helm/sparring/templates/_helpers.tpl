@@ -351,6 +351,7 @@ tracking, images and GPU placement this chart owns.
   "caching" $p.caching }}
 {{- with include "sparring.hfSecretName" . }}{{ $_ := set $k8s "hf_secret" . }}{{ end }}
 {{- if .Values.modelCache.enabled }}{{ $_ := set $k8s "model_cache_pvc" (printf "%s-model-cache" (include "sparring.fullname" .)) }}{{ end }}
+{{- with .Values.image.pullSecrets }}{{ $_ := set $k8s "image_pull_secrets" . }}{{ end }}
 {{- $storage := dict
   "root" (include "sparring.s3Uri" (dict "ctx" . "sub" "runs"))
   "endpoint_url" (include "sparring.s3Endpoint" . | default nil)
