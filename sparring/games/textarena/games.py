@@ -20,7 +20,14 @@ import textarena as ta
 from sparring.games.textarena.env import TextArenaGame
 from sparring.games.textarena.kuhn import FixedKuhnPokerEnv
 
-_AGENTS = "sparring.games.textarena.agents"
+
+def baselines(name: str, scripted: str) -> dict[str, str]:
+    """`<name>-scripted` (the agents module's `scripted` class) and `<name>-random`."""
+    module = "sparring.games.textarena.agents"
+    return {
+        f"{name}-scripted": f"{module}:{scripted}",
+        f"{name}-random": f"{module}:RandomLegalAgent",
+    }
 
 
 class KuhnPoker(TextArenaGame):
@@ -29,10 +36,7 @@ class KuhnPoker(TextArenaGame):
 
     name = "kuhn-poker"
     env_id = "KuhnPoker-v0"
-    agents = {
-        "kuhn-poker-scripted": f"{_AGENTS}:KuhnPokerAgent",
-        "kuhn-poker-random": f"{_AGENTS}:RandomLegalAgent",
-    }
+    agents = baselines("kuhn-poker", "KuhnPokerAgent")
     default_opponent = "kuhn-poker-scripted"
 
     def __init__(self, max_rounds: int = 3, max_retries: int = 1) -> None:
@@ -62,10 +66,7 @@ class TicTacToe(TextArenaGame):
 
     name = "tic-tac-toe"
     env_id = "TicTacToe-v0"
-    agents = {
-        "tic-tac-toe-scripted": f"{_AGENTS}:TicTacToeAgent",
-        "tic-tac-toe-random": f"{_AGENTS}:RandomLegalAgent",
-    }
+    agents = baselines("tic-tac-toe", "TicTacToeAgent")
     default_opponent = "tic-tac-toe-scripted"
 
     def __init__(self, max_retries: int = 1) -> None:
@@ -93,10 +94,7 @@ class SimpleNegotiation(TextArenaGame):
 
     name = "simple-negotiation"
     env_id = "SimpleNegotiation-v0"
-    agents = {
-        "simple-negotiation-scripted": f"{_AGENTS}:NegotiationAgent",
-        "simple-negotiation-random": f"{_AGENTS}:RandomLegalAgent",
-    }
+    agents = baselines("simple-negotiation", "NegotiationAgent")
     default_opponent = "simple-negotiation-scripted"
 
     def __init__(self, max_turns: int = 10, max_retries: int = 1) -> None:

@@ -117,7 +117,8 @@ def test_pipeline_tasks_train_kuhn_poker_with_the_role_baseline(tiny_model_dir, 
     )
     assert stats["rollout/games"] == 8
     samples = pd.read_parquet(tmp_path / "ro/samples.parquet")
-    assert sorted(samples.role.unique()) == ["player_0", "player_1"]
+    # player_1 opens the hand; player_0 has no sample when player_1 forfeits before it speaks
+    assert "player_1" in set(samples.role) <= {"player_0", "player_1"}
     metrics = tasks.train(
         cfg, str(tmp_path / "m0"), str(tmp_path / "ro/samples.parquet"), tmp_path / "m1"
     )
@@ -125,7 +126,7 @@ def test_pipeline_tasks_train_kuhn_poker_with_the_role_baseline(tiny_model_dir, 
     flat = samples.groupby("role").reward.std(ddof=0).eq(0).all()
     assert metrics["train/no_signal"] == float(flat)
     if not flat:
-        assert metrics["train/role/num_groups"] == 2
+        assert metrics["train/role/num_groups"] == samples.role.nunique()
     ev, _ = tasks.evaluate(
         cfg, str(tmp_path / "m1"), None, str(inits["val"]), tmp_path / "ev", "r", 0
     )
