@@ -14,14 +14,17 @@ import uuid
 from pathlib import Path
 from unittest import mock
 
+import mlflow
 import pytest
 import torch
+from mlflow.exceptions import MlflowException
 from safetensors.torch import load_file
 from sample_frames import make_samples
 from test_storage import recording_put
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from sparring import registry, storage
+from sparring.dev.mlflowserver import MlflowServer
 from sparring.games import make_game
 from sparring.pipeline import tasks
 from sparring.pipeline.config import PipelineConfig
@@ -252,20 +255,43 @@ def test_champion_is_a_compare_and_set(sqlite_cfg, tiny_model_dir):
     assert champion(cfg.registered_model, client).version == 4
 
 
-def test_credentials_never_reach_mlflow_or_logs(sqlite_cfg, s3_server, tiny_model_dir, capfd):
-    cfg, client = sqlite_cfg, connect(sqlite_cfg.tracking)
-    password = "mlflow-pw-" + uuid.uuid4().hex
-    with mock.patch.dict(os.environ, {"MLFLOW_TRACKING_PASSWORD": password}):
-        os.environ["MLFLOW_TRACKING_USERNAME"] = "sparring"
-        parent = tasks.start(cfg, "job-1", "job")[1]
-        tasks.register(cfg, parent, "job-1", 0, str(tiny_model_dir), EVALS)
+@pytest.fixture(scope="module")
+def auth_server(s3_server, tmp_path_factory):
+    """`mlflow_server` behind MLflow's basic-auth app (the chart's `mlflow.auth.enabled`)."""
+    admin = ("sparring-admin", "pw-" + uuid.uuid4().hex)
+    workdir = tmp_path_factory.mktemp("mlflow-auth")
+    with MlflowServer(workdir, "s3://sparring", s3_server.env(), admin) as server:
+        yield server
+
+
+def test_basic_auth_needs_the_login_which_never_reaches_mlflow_or_logs(
+    cfg, auth_server, s3_server, tiny_model_dir, tmp_path, monkeypatch, capfd
+):
+    tracking = cfg.tracking.model_copy(update={"tracking_uri": auth_server.url})
+    cfg = cfg.model_copy(update={"tracking": tracking})
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", auth_server.url)
+    with pytest.raises(MlflowException, match="401"):  # no login, no run
+        tasks.start(cfg, "job-0", "job")
+    user, password = auth_server.admin
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", user)
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", password)
+    parent = tasks.start(cfg, "job-1", "job")[1]
+    tasks.register(cfg, parent, "job-1", 0, str(tiny_model_dir), EVALS)
+    # the artifact proxy serves the model to a logged-in client only
+    uri = f"models:/{cfg.registered_model}/1"
+    got = mlflow.artifacts.download_artifacts(uri, dst_path=str(tmp_path / "dl"))
+    assert (Path(got) / "MLmodel").is_file() and (Path(got) / "model.safetensors").is_file()
+    client = connect(cfg.tracking)
     secrets = [password, s3_server.secret_key, s3_server.access_key]
-    runs = client.search_runs([client.get_run(parent).info.experiment_id])
+    experiment = client.get_run(parent).info.experiment_id
+    runs = client.search_runs([experiment])
     seen = [json.dumps([r.data.params, r.data.tags]) for r in runs]
     for v in client.search_model_versions(f"name = '{cfg.registered_model}'"):
         v = client.get_model_version(cfg.registered_model, v.version)
         seen += [json.dumps(v.tags), v.description or ""]
-    seen += [json.dumps(m.tags) for m in client.search_logged_models([runs[0].info.experiment_id])]
-    out, err = capfd.readouterr()
-    seen += [out, err]
+    seen += [json.dumps(m.tags) for m in client.search_logged_models([experiment])]
+    seen += [*capfd.readouterr(), auth_server.log_path.read_text()]
     assert len(runs) == 2 and all(s not in text for s in secrets for text in seen)
+    monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD")
+    with pytest.raises(MlflowException, match="401"):
+        mlflow.artifacts.download_artifacts(uri, dst_path=str(tmp_path / "denied"))

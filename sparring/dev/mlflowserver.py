@@ -9,11 +9,17 @@ only `MLFLOW_TRACKING_URI`. For tests and the embedded default of `sparring run`
 The registry and runs live in `<workdir>/mlflow.db` (sqlite); `mlflow-artifacts:/<path>` is
 `<destination>/<path>`, and run/model artifacts go under `mlflow-artifacts:/mlflow`. The
 server binds 127.0.0.1 on a free port; `stop()` ends its whole process group (uvicorn workers).
+
+With `admin=(user, password)` it runs MLflow's basic-auth app (`--app-name basic-auth`, as the
+chart's `mlflow.auth.enabled`; needs Flask-WTF): users in `<workdir>/basic_auth.db`, `admin`
+created on first start, every request but `/health` needs a login, which clients give with
+`MLFLOW_TRACKING_USERNAME` / `MLFLOW_TRACKING_PASSWORD`.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -40,11 +46,16 @@ class MlflowServer:
     """
 
     def __init__(
-        self, workdir: str | Path, destination: str, env: dict[str, str] | None = None
+        self,
+        workdir: str | Path,
+        destination: str,
+        env: dict[str, str] | None = None,
+        admin: tuple[str, str] | None = None,
     ) -> None:
         self.workdir = Path(workdir)
         self.destination = destination
         self.env = dict(env or {})
+        self.admin = admin
         self.port = free_ports(1)[0]
         self.proc: subprocess.Popen | None = None
 
@@ -67,6 +78,9 @@ class MlflowServer:
         cmd += ["--backend-store-uri", f"sqlite:///{self.workdir / 'mlflow.db'}"]
         cmd += ["--serve-artifacts", "--artifacts-destination", self.destination]
         cmd += ["--default-artifact-root", ARTIFACT_ROOT]
+        if self.admin:
+            cmd += ["--app-name", "basic-auth"]
+            env |= self._auth_env()
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
                 cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -83,6 +97,23 @@ class MlflowServer:
                 tail = self.log_path.read_text(errors="replace")[-2000:]
                 raise MlflowServerError(f"mlflow server did not start; its log ends:\n{tail}")
             time.sleep(0.2)
+
+    def _auth_env(self) -> dict[str, str]:
+        """The basic-auth app's settings: its config file (users database in `workdir`), the
+        admin it creates on first start, and the key its CSRF protection signs with."""
+        assert self.admin is not None
+        ini = self.workdir / "basic_auth.ini"
+        ini.write_text(
+            "[mlflow]\ndefault_permission = READ\n"
+            f"database_uri = sqlite:///{self.workdir / 'basic_auth.db'}\n"
+            "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+        )
+        return {
+            "MLFLOW_AUTH_CONFIG_PATH": str(ini),
+            "MLFLOW_AUTH_ADMIN_USERNAME": self.admin[0],
+            "MLFLOW_AUTH_ADMIN_PASSWORD": self.admin[1],
+            "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16),
+        }
 
     def stop(self, grace: float = 15.0) -> None:
         """SIGTERM the server's process group, then SIGKILL after `grace` seconds."""
