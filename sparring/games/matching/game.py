@@ -210,6 +210,7 @@ class MatchingGame(Game):
                 self.state["papers"].index(action["assignment"][r]) for r in self.state["reviewers"]
             ]
             self._tell(other, "Partner: " + self.render_proposal(self._proposal))
+            self._tell(other, "Reply with [accept] or [reject].")
         elif kind == "accept":
             self._accepted, self._proposal = self._proposal, None
         else:  # reject: the rejecting seat keeps the turn

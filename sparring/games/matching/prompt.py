@@ -19,16 +19,24 @@ def render_table(state: dict[str, Any], seat: int) -> str:
 
 
 def system_prompt(state: dict[str, Any], seat: int, mention_scale: bool = True) -> str:
-    """The rules and the seat's table. `mention_scale` says the scores carry a private factor
-    (dialop's LLM prompt does not say so)."""
-    k = state["k"]
+    """The rules, the seat's table and a worked example of the protocol (with this game's
+    names). `mention_scale` says the scores carry a private factor (dialop's LLM prompt does
+    not say so)."""
+    k, reviewers, papers = state["k"], state["reviewers"], state["papers"]
     scale = ", scaled by a private factor" if mention_scale else ""
+    plan = "\n".join(f"{r}: {p}" for r, p in zip(reviewers, papers, strict=True))
     return (
         f"You and a partner assign {k} reviewers to {k} papers, one paper each, "
         f"to maximize the total score. You each see different scores{scale}; "
         "? means you cannot see it. Share what you know and agree on a plan.\n"
         "Your scores:\n" + render_table(state, seat) + "\n"
-        "End each turn with one action line: [message] text, [propose] then one "
-        "'reviewer: paper' line per reviewer, [accept], or [reject]. "
-        "After you reject, it is still your turn."
+        "Each turn, write exactly one action line (you may think on lines before it):\n"
+        "[message] text for your partner\n"
+        "[propose] then one 'reviewer: paper' line per reviewer\n"
+        "[accept] or [reject], to answer your partner's proposal "
+        "(after you reject, it is still your turn)\n"
+        "Examples:\n"
+        f"[message] I see {reviewers[0]} {papers[0]} high. What are your best scores?\n"
+        f"[propose]\n{plan}\n"
+        "[accept]"
     )

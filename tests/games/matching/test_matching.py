@@ -303,3 +303,15 @@ def test_invalid_penalty_charges_only_the_seat_that_erred():
     assert shaped.rewards == pytest.approx([0.9, 1.0])
     with pytest.raises(ValueError, match="invalid_penalty"):
         make_game("matching", invalid_penalty=-1)
+
+
+def test_the_prompt_holds_a_worked_example_the_parser_accepts():
+    game = new_game(k=3, seed=5)
+    prompt = game.messages(0)[0]["content"]
+    example = prompt.split("Examples:\n", 1)[1]
+    propose = example[example.index("[propose]") : example.index("[accept]")]
+    action, err = game.parse(propose)
+    assert err is None and list(action["assignment"]) == game.state["reviewers"]
+    assert game.parse(example.splitlines()[0])[0]["type"] == "message"
+    assert game.step(0, propose).ok
+    assert game.messages(1)[-1]["content"].endswith("Reply with [accept] or [reject].")
