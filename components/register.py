@@ -14,6 +14,7 @@ def register(
     rollout_metrics: Input[Metrics],
     train_metrics: Input[Metrics],
     eval_metrics: Input[Metrics],
+    kfp_run_id: str,
 ) -> str:
     """Upload the checkpoint to <storage.root>/<run_name>/<iteration>/checkpoint, verify it,
     log the iteration to MLflow and register it; `champion` moves only on improvement.
@@ -29,6 +30,7 @@ def register(
         evaluation: the evaluate folder (plot and transcripts are logged to MLflow).
         rollout_metrics, train_metrics, eval_metrics: logged to the iteration's child run
             (with train_backend verl the first two are both verl-train's metrics).
+        kfp_run_id: the KFP run's unique id, a tag of the model version.
 
     Returns:
         The new model version.
@@ -46,5 +48,7 @@ def register(
     games = f"{samples.path}/games.jsonl"  # a rollout folder; verl-train's data folder has none
     artifacts = [games if os.path.exists(games) else samples.path, evaluation.path]
     cfg = PipelineConfig.model_validate_json(config)
-    done = tasks.register(cfg, parent_run_id, run_name, iteration, model.path, metrics, artifacts)
+    done = tasks.register(
+        cfg, parent_run_id, run_name, iteration, model.path, metrics, artifacts, kfp_run_id or None
+    )
     return done.version

@@ -9,6 +9,8 @@ def train(
     model: Input[Model],
     reference: Input[Model],
     samples: Input[Dataset],
+    parent_run_id: str,
+    iteration: int,
     trained: Output[Model],
     metrics: Output[Metrics],
 ):
@@ -19,6 +21,9 @@ def train(
         model: the checkpoint that played the rollout.
         reference: the reference policy for the KL term (the first checkpoint).
         samples: the rollout folder (samples.parquet).
+        parent_run_id: the MLflow parent run, from `start`; each optimizer step's train_step/*
+            metrics go to the iteration's child run as it trains.
+        iteration: the round.
         trained: the new checkpoint.
         metrics: train/* and perf/* statistics.
     """
@@ -26,8 +31,9 @@ def train(
     from sparring.pipeline.config import PipelineConfig
 
     cfg = PipelineConfig.model_validate_json(config).for_step("train")
+    samples_file = f"{samples.path}/samples.parquet"
     stats = tasks.train(
-        cfg, model.path, f"{samples.path}/samples.parquet", trained.path, reference.path
+        cfg, model.path, samples_file, trained.path, reference.path, parent_run_id, iteration
     )
     for name, value in stats.items():
         metrics.log_metric(name, value)

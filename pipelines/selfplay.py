@@ -28,6 +28,7 @@ from sparring.pipeline import run_params
 from sparring.pipeline.config import PURE_STEPS, KubernetesSettings, PipelineConfig
 
 S3_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+MLFLOW_LOGIN = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")  # basic auth
 CHECKSUM_ENV = ("AWS_REQUEST_CHECKSUM_CALCULATION", "AWS_RESPONSE_CHECKSUM_VALIDATION")
 HF_HOME = "/home/sparring/.cache/huggingface"  # the runtime images' $HF_HOME
 
@@ -43,7 +44,7 @@ def _every_task(task: dsl.PipelineTask, step: str, cfg: PipelineConfig) -> dsl.P
     """What every task gets: caching (pure steps only), retries, non-root security context,
     resources and timeout of its step, image pull secrets, the S3 credentials Secret (as the
     standard AWS variables), the S3 endpoint, region and checksum mode, and the optional
-    HF_TOKEN Secret and model-cache PVC."""
+    HF_TOKEN Secret, MLflow login Secret and model-cache PVC."""
     k8s, res = cfg.kubernetes, cfg.kubernetes.step_resources(step)
     task.set_caching_options(k8s.caching and step in PURE_STEPS)
     if k8s.retries:
@@ -63,6 +64,8 @@ def _every_task(task: dsl.PipelineTask, step: str, cfg: PipelineConfig) -> dsl.P
         kubernetes.use_secret_as_env(task, k8s.s3_secret, {key: key for key in S3_KEYS})
     if k8s.hf_secret:
         kubernetes.use_secret_as_env(task, k8s.hf_secret, {"HF_TOKEN": "HF_TOKEN"})
+    if k8s.mlflow_secret:
+        kubernetes.use_secret_as_env(task, k8s.mlflow_secret, {key: key for key in MLFLOW_LOGIN})
     if k8s.model_cache_pvc:
         kubernetes.mount_pvc(task, k8s.model_cache_pvc, HF_HOME)
     return task
@@ -159,10 +162,11 @@ def build_pipeline(cfg: PipelineConfig):
             past = cfg.opponents.checkpoint_steps  # rollout i loads register i-k-1's upload
             for i in range(cfg.first_iteration, cfg.first_iteration + cfg.iterations):
                 if cfg.train_backend == "verl":  # one GPU task plays and trains (route 1)
+                    v = cfg.verl  # nnodes > 1: the task drives a RayJob and needs no GPU
                     tr = task(
                         c.verl_train,
                         f"verl-train-{i}",
-                        cfg.verl.n_gpus_per_node,
+                        v.n_gpus_per_node if v.nnodes == 1 else 0,
                         config=config,
                         model=model,
                         inits=inits,
@@ -170,6 +174,8 @@ def build_pipeline(cfg: PipelineConfig):
                         games=games_per_iteration,
                         run_name=run_name,
                     )
+                    if v.nnodes > 1:  # the volume the Ray pods share (model, rows, checkpoints)
+                        kubernetes.mount_pvc(tr, v.rayjob.shared_pvc, v.rayjob.shared_path)
                     samples, rollout_metrics = tr.outputs["data"], tr.outputs["metrics"]
                 else:
                     play = {"config": config, "model": model, "inits": inits, "iteration": i}
@@ -212,6 +218,8 @@ def build_pipeline(cfg: PipelineConfig):
                         model=model,
                         reference=reference,
                         samples=ro.outputs["samples"],
+                        parent_run_id=parent,
+                        iteration=i,
                     )
                     samples, rollout_metrics = ro.outputs["samples"], ro.outputs["metrics"]
                 ev = task(
@@ -238,6 +246,7 @@ def build_pipeline(cfg: PipelineConfig):
                     rollout_metrics=rollout_metrics,
                     train_metrics=tr.outputs["metrics"],
                     eval_metrics=ev.outputs["metrics"],
+                    kfp_run_id=run["job_id"],
                 )
                 if i - 1 in registers:
                     rg.after(registers[i - 1])  # champion decisions in iteration order

@@ -277,6 +277,20 @@ BAD_COMBINATIONS = [
     ),
     ({**MINIMAL, "mlflow": {"enabled": False}}, "needs mlflow.externalUrl"),
     (
+        {**MINIMAL, "mlflow": {"auth": {"enabled": True, "adminPassword": "too-short"}}},
+        "needs mlflow.auth.adminPassword",
+    ),
+    (
+        {
+            **MINIMAL,
+            "mlflow": {
+                "auth": {"enabled": True, "existingSecret": "login"},
+                "backendStore": {"type": "postgres", "postgres": {"existingSecret": "db"}},
+            },
+        },
+        "mlflow.auth.enabled keeps MLflow's users in a sqlite file",
+    ),
+    (
         {
             **MINIMAL,
             "pipeline": {"register": {"enabled": False, "recurringRun": {"enabled": True}}},
@@ -1186,3 +1200,77 @@ def test_helm_test_pod_is_wired_for_the_runner_checks(chart, name):
         assert env["RUNNER_ROLE_ARN"]["value"].startswith("arn:aws:iam::")
     else:
         assert env["RUNNER_S3_SECRET"]["value"] == f"{RELEASE}-s3"
+
+
+# ---- issue 15: MLflow basic auth, artifacts behind the proxy ----------------------------------
+
+AUTH = {**MINIMAL, "mlflow": {"auth": {"enabled": True, "adminPassword": "pw-for-the-chart-test"}}}
+
+
+def mlflow_container(docs: list[dict]) -> dict:
+    deployment = by_kind(docs, "Deployment")[f"{RELEASE}-mlflow"]
+    return next(c for c in deployment["spec"]["template"]["spec"]["containers"])
+
+
+def test_pipeline_config_registers_behind_the_servers_artifact_proxy(chart):
+    """The rendered config's artifacts_destination is the MLflow server's
+    --artifacts-destination, so register stores each checkpoint once, in its logged model's
+    folder; an external MLflow's destination is unknown (checkpoints stay under runs/)."""
+    docs = render(chart, MINIMAL)
+    args = mlflow_container(docs)["args"]
+    (destination,) = [a.split("=", 1)[1] for a in args if a.startswith("--artifacts-destination")]
+    assert pipeline_config(docs)["tracking"]["artifacts_destination"] == destination
+    external = {**MINIMAL, "mlflow": {"enabled": False, "externalUrl": "http://mlflow:5000"}}
+    assert "artifacts_destination" not in pipeline_config(render(chart, external))["tracking"]
+
+
+def test_mlflow_auth_runs_the_basic_auth_app_and_every_task_logs_in(chart, tmp_path):
+    import base64
+
+    plain = render(chart, MINIMAL)
+    assert "--app-name=basic-auth" not in mlflow_container(plain)["args"]
+    assert "mlflow_secret" not in pipeline_config(plain)["kubernetes"]
+
+    docs = render(chart, AUTH)
+    name = f"{RELEASE}-mlflow-auth"
+    container = mlflow_container(docs)
+    assert "--app-name=basic-auth" in container["args"]
+    env = {e["name"]: e for e in container["env"]}
+    refs = {k: env[k]["valueFrom"]["secretKeyRef"] for k in env if "valueFrom" in env[k]}
+    assert refs["MLFLOW_AUTH_ADMIN_USERNAME"] == {"name": name, "key": "MLFLOW_TRACKING_USERNAME"}
+    assert refs["MLFLOW_AUTH_ADMIN_PASSWORD"] == {"name": name, "key": "MLFLOW_TRACKING_PASSWORD"}
+    assert refs["MLFLOW_FLASK_SERVER_SECRET_KEY"]["name"] == name
+    login = {
+        k: base64.b64decode(v).decode() for k, v in by_kind(docs, "Secret")[name]["data"].items()
+    }
+    assert (login["MLFLOW_TRACKING_USERNAME"], login["MLFLOW_TRACKING_PASSWORD"]) == (
+        "admin",
+        "pw-for-the-chart-test",
+    )
+    assert len(login["MLFLOW_FLASK_SERVER_SECRET_KEY"]) == 32
+    # the auth app's config file, its users database on the MLflow volume
+    ini = by_kind(docs, "ConfigMap")[name]["data"]["basic_auth.ini"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert f"database_uri = sqlite:///{mounts['db']}/basic_auth.db" in ini
+    assert env["MLFLOW_AUTH_CONFIG_PATH"]["value"] == f"{mounts['auth']}/basic_auth.ini"
+    # the password is in the Secret only: no other manifest holds it
+    others = [d for d in docs if d["kind"] != "Secret"]
+    assert "pw-for-the-chart-test" not in yaml.safe_dump_all(others)
+
+    # every pipeline task gets the login as MLflow's own variables
+    cfg = pipeline_config(docs)
+    assert cfg["kubernetes"]["mlflow_secret"] == name
+    (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(cfg))
+    out = tmp_path / "ir.yaml"
+    sparring_cli = str(Path(sys.executable).parent / "sparring")
+    cmd = [sparring_cli, "compile", "--config", str(tmp_path / "pipeline.yaml"), "-o", str(out)]
+    subprocess.run(cmd, check=True)
+    platform = list(yaml.safe_load_all(out.read_text()))[1]["platforms"]["kubernetes"]
+    executors = platform["deploymentSpec"]["executors"].values()
+    assert executors
+    for spec in executors:
+        (secret,) = [s for s in spec["secretAsEnv"] if s["secretName"] == name]
+        assert {(k["secretKey"], k["envVar"]) for k in secret["keyToEnv"]} == {
+            ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_USERNAME"),
+            ("MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_PASSWORD"),
+        }

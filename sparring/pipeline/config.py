@@ -159,6 +159,9 @@ class KubernetesSettings(_Strict):
     s3_secret: str | None = "sparring-s3"  # Secret with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY
     shm_size: str | None = "8Gi"  # /dev/shm emptyDir (medium Memory) on GPU tasks; None = off
     hf_secret: str | None = None  # Secret with HF_TOKEN (gated hub models), as env on every task
+    # Secret with MLFLOW_TRACKING_USERNAME/PASSWORD (an MLflow server behind basic auth), as env
+    # on every task; None = MLflow needs no login
+    mlflow_secret: str | None = None
     model_cache_pvc: str | None = None  # PVC mounted at every task's HF cache ($HF_HOME)
     retries: int = Field(0, ge=0)  # retries per task (S3/MLflow hiccups, preemption)
     # KFP step caching of the pure steps (game-init, initial-model, warm-start). Steps with side
@@ -330,11 +333,6 @@ class PipelineConfig(_Strict):
         v = self.verl
         if self.device == "cpu":
             raise ValueError("train_backend: verl needs GPUs; set device: cuda (or auto)")
-        if v.nnodes != 1:
-            raise ValueError(
-                f"verl.nnodes={v.nnodes}: the pipeline's verl-train task is one pod; multi-node "
-                "verl needs a Ray cluster (RayJob), which the pipeline does not start"
-            )
         rows, seats = self.verl_rows_per_iteration, self.num_seats
         if rows < v.train_batch_size:
             need = -(-v.train_batch_size // seats) * seats * v.rollout_n

@@ -171,6 +171,21 @@ def test_each_rollout_gets_the_previous_rollouts_schedule(gpu_yaml):
         }
 
 
+def test_train_logs_to_the_parent_run_and_register_tags_the_kfp_run(gpu_yaml):
+    """Train i logs its optimizer steps live to start's parent run (iteration i); register i
+    tags the version with the KFP run's uuid, the same value start gets as `job_id`."""
+    spec = next(yaml.safe_load_all(gpu_yaml.read_text()))
+    tasks = {t["taskInfo"]["name"]: t["inputs"]["parameters"] for t in all_tasks(spec)}
+    parent = {
+        "taskOutputParameter": {"outputParameterKey": "parent_run_id", "producerTask": "start"}
+    }
+    for i in range(PipelineConfig.from_yaml(GPU_CONFIG).iterations):
+        assert tasks[f"train-{i}"]["parent_run_id"] == parent
+        assert tasks[f"train-{i}"]["iteration"] == {"runtimeValue": {"constant": i}}
+        assert tasks[f"register-{i}"]["kfp_run_id"] == tasks["start"]["job_id"]
+    assert tasks["start"]["job_id"] == {"runtimeValue": {"constant": "{{$.pipeline_job_uuid}}"}}
+
+
 def test_train_sections_are_checked_at_build_time():
     from sparring.pipelines.selfplay import build_pipeline
 
@@ -262,7 +277,7 @@ def test_verl_pipeline_replaces_rollout_and_train_with_one_gpu_task(tmp_path):
     ("override", "message"),
     [
         ({"device": "cpu"}, "verl needs GPUs"),
-        ({"verl": {"nnodes": 2}}, "multi-node"),
+        ({"verl": {"nnodes": 2}}, "set verl.rayjob.shared_pvc"),
         ({"games_per_iteration": 256}, r"set games_per_iteration >= 512"),
         ({"train_backend": "jax"}, "'torch' or 'verl'"),
         ({"verl": {"rollout_n": 1}}, "greater than or equal to 2"),

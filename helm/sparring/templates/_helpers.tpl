@@ -148,6 +148,16 @@ sparring.mlflowUrl: the in-cluster MLflow URL (or mlflow.externalUrl when not bu
 {{- end }}
 
 {{/*
+sparring.mlflowAuthSecretName: the Secret with the MLflow login (chart-made or existing); empty
+when MLflow needs none. With `mlflow.enabled: false` it is the login to the external server.
+*/}}
+{{- define "sparring.mlflowAuthSecretName" -}}
+{{- if .Values.mlflow.auth.enabled }}
+{{- .Values.mlflow.auth.existingSecret | default (printf "%s-mlflow-auth" (include "sparring.fullname" .)) }}
+{{- end }}
+{{- end }}
+
+{{/*
 sparring.mlflowWorkers: server workers: mlflow.workers, else 1 on sqlite and 2 on postgres.
 */}}
 {{- define "sparring.mlflowWorkers" -}}
@@ -321,6 +331,16 @@ sparring.validate: fail on value combinations the schema cannot express, naming 
 {{- if and .Values.mlflow.httpRoute.enabled (not .Values.mlflow.httpRoute.parentRefs) }}
 {{- fail "mlflow.httpRoute.enabled needs mlflow.httpRoute.parentRefs (the Gateway to attach to, e.g. [{name: main, namespace: gateway}])" }}
 {{- end }}
+{{- with .Values.mlflow.auth }}
+{{- if .enabled }}
+{{- if and $.Values.mlflow.enabled (ne $.Values.mlflow.backendStore.type "sqlite") }}
+{{- fail "mlflow.auth.enabled keeps MLflow's users in a sqlite file on the MLflow volume: it needs mlflow.backendStore.type=sqlite (with postgres, run the basic-auth app from mlflow.extraArgs with your own MLFLOW_AUTH_CONFIG_PATH)" }}
+{{- end }}
+{{- if and (not .existingSecret) (lt (len .adminPassword) 12) }}
+{{- fail "mlflow.auth.enabled needs mlflow.auth.adminPassword (at least 12 characters, MLflow's rule) or mlflow.auth.existingSecret (keys MLFLOW_TRACKING_USERNAME, MLFLOW_TRACKING_PASSWORD, MLFLOW_FLASK_SERVER_SECRET_KEY)" }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- if and .Values.pipeline.register.recurringRun.enabled (not .Values.pipeline.register.enabled) }}
 {{- fail "pipeline.register.recurringRun.enabled needs pipeline.register.enabled (the Job that creates it)" }}
 {{- end }}
@@ -350,6 +370,7 @@ tracking, images and GPU placement this chart owns.
   "retries" (int $p.retries)
   "caching" $p.caching }}
 {{- with include "sparring.hfSecretName" . }}{{ $_ := set $k8s "hf_secret" . }}{{ end }}
+{{- with include "sparring.mlflowAuthSecretName" . }}{{ $_ := set $k8s "mlflow_secret" . }}{{ end }}
 {{- if .Values.modelCache.enabled }}{{ $_ := set $k8s "model_cache_pvc" (printf "%s-model-cache" (include "sparring.fullname" .)) }}{{ end }}
 {{- with .Values.image.pullSecrets }}{{ $_ := set $k8s "image_pull_secrets" . }}{{ end }}
 {{- $storage := dict
@@ -357,6 +378,9 @@ tracking, images and GPU placement this chart owns.
   "endpoint_url" (include "sparring.s3Endpoint" . | default nil)
   "region" .Values.s3.region }}
 {{- $tracking := dict "tracking_uri" (include "sparring.mlflowUrl" .) "experiment" $p.experiment }}
+{{- if .Values.mlflow.enabled }}{{/* its --artifacts-destination: checkpoints register behind the proxy */}}
+{{- $_ := set $tracking "artifacts_destination" (include "sparring.s3Uri" (dict "ctx" . "sub" "mlflow")) }}
+{{- end }}
 {{- $owned := dict "name" $p.name "registered_model" $p.registeredModel "storage" $storage "tracking" $tracking "kubernetes" $k8s }}
 {{- toYaml (merge (deepCopy $owned) (deepCopy $p.config)) }}
 {{- end }}
