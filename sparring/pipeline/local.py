@@ -8,8 +8,9 @@ every task as a subprocess of this Python (no Docker, no cluster; GPU/K8s settin
 ignored). When the config's storage is S3 with no endpoint configured (neither
 `storage.endpoint_url` nor `AWS_ENDPOINT_URL[_S3]`), a SeaweedFS S3 server is started on
 127.0.0.1 with its data in `<workdir>/s3` and stopped on exit. When no MLflow server is
-configured (neither `tracking.tracking_uri` nor `MLFLOW_TRACKING_URI`), MLflow uses
-`sqlite:///<workdir>/mlflow.db` with artifacts in `<workdir>/mlartifacts`.
+configured (neither `tracking.tracking_uri` nor `MLFLOW_TRACKING_URI`), a local
+`mlflow server --serve-artifacts` runs on `<workdir>/mlflow/mlflow.db`, its artifacts in the
+storage bucket (or folder); the summary says how to serve it again for the UI.
 Full task logs go to `<workdir>/<run>/kfp.log`; the terminal shows progress lines.
 """
 
@@ -18,16 +19,21 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
 import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from sparring.dev.mlflowserver import ARTIFACT_ROOT
 from sparring.dev.services import local_services
 from sparring.pipeline.config import PipelineConfig
 from sparring.pipeline.stop import Stopped, stop_on_signals
+
+if TYPE_CHECKING:
+    from sparring.tracking import TrackingConfig
 
 # kfp.local lines worth showing (the rest, e.g. each task's executor input, go to the log).
 _PROGRESS = re.compile(r"\[sparring\]|Executing task|finished with status|Error|error:")
@@ -41,6 +47,7 @@ class LocalRun(NamedTuple):
     rows: list[dict[str, Any]]  # per iteration, see sparring.pipeline.reports.summary_rows
     champion: Any  # the champion ModelVersion, or None
     tracking_uri: str
+    mlflow_ui: str  # how to open the MLflow UI on this run (see `mlflow_ui`)
     storage_root: str
     s3_data_dir: Path | None  # where the local S3 server kept its data, if one was started
     log: Path
@@ -107,6 +114,7 @@ def run_local(cfg: PipelineConfig, workdir: str | Path = "runs", verbose: bool =
     estimate = estimate_seconds(cfg)
     if estimate:
         print(f"[sparring] estimated time: ~{_clock(estimate)} on 2 idle CPU cores", flush=True)
+    own_mlflow = not cfg.tracking.tracking_uri and "MLFLOW_TRACKING_URI" not in os.environ
     with local_services(cfg.model_copy(update={"run_name": run_name}), workdir) as (cfg, s3_dir):
         # kfp warns that our image is "non-Python": it is ours, and this Python has it installed.
         # It also warns that display names and K8s settings are ignored: that is expected.
@@ -146,6 +154,7 @@ def run_local(cfg: PipelineConfig, workdir: str | Path = "runs", verbose: bool =
             rows,
             champion(cfg.registered_model, client),
             cfg.tracking.resolved_uri(),
+            mlflow_ui(cfg.tracking, workdir / "mlflow" if own_mlflow else None),
             f"{cfg.storage.root.rstrip('/')}/{run_name}",
             s3_dir,
             log_path,
@@ -223,7 +232,22 @@ def format_summary(result: LocalRun, champion_metric: str) -> str:
         f"task logs: {result.log}",
         f"compute {sum(result.compute.values()):.0f} s of {result.seconds:.0f} s wall "
         f"(pipeline overhead {result.overhead:.2f})",
-        f"MLflow UI: mlflow ui --backend-store-uri {result.tracking_uri}  "
-        f"(then open http://127.0.0.1:5000, parent run {result.parent_run_id})",
+        f"MLflow UI: {result.mlflow_ui}  (parent run {result.parent_run_id})",
     ]
     return "\n".join(lines)
+
+
+def mlflow_ui(tracking: TrackingConfig, local_server_dir: Path | None) -> str:
+    """How to open the MLflow UI on a finished run: the server's URL; for the local server
+    `sparring run` started in `local_server_dir` (stopped with the run), the command that
+    serves its store again the same way; for a sqlite store, `mlflow ui` on it."""
+    uri = tracking.resolved_uri()
+    if local_server_dir is not None:
+        return (
+            f"mlflow server --backend-store-uri sqlite:///{local_server_dir / 'mlflow.db'} "
+            f"--serve-artifacts --artifacts-destination {tracking.artifacts_destination} "
+            f"--default-artifact-root {ARTIFACT_ROOT}, then open http://127.0.0.1:5000"
+        )
+    if uri.startswith(("http://", "https://")):
+        return f"open {uri}"
+    return f"mlflow ui --backend-store-uri {uri}, then open http://127.0.0.1:5000"
