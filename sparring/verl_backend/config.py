@@ -6,10 +6,39 @@ pipeline task parses, can validate a `verl:` section without importing verl.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 AGENT_NAME = "sparring_selfplay"
 """The agent loop registered in `sparring.verl_backend.agent_loop`."""
+
+
+class RayJobSettings(BaseModel):
+    """How the verl task runs verl on a KubeRay RayJob (verl.nnodes > 1; sparring.verl_backend.rayjob)."""
+
+    model_config = ConfigDict(extra="forbid")
+    shared_pvc: str | None = None
+    """ReadWriteMany PVC mounted at `shared_path` on the verl task and on every Ray pod: the
+    model, the dataset rows and verl's FSDP checkpoints (every rank writes its shard there) go
+    through it. Required when nnodes > 1."""
+    shared_path: str = "/mnt/sparring-shared"
+    namespace: str | None = None
+    """Namespace of the RayJob; None = the verl task pod's own namespace."""
+    head_cpu: str = "8"
+    head_memory: str = "32Gi"
+    """The head runs verl's driver (TaskRunner) and no GPU work."""
+    worker_cpu: str = "32"
+    worker_memory: str = "256Gi"
+    """Per worker pod (one per node, `n_gpus_per_node` GPUs each)."""
+    timeout_seconds: int = Field(24 * 3600, ge=60)
+    """The RayJob's activeDeadlineSeconds, and how long the task waits for it."""
+    poll_seconds: float = Field(10.0, gt=0)
+    """How often the task reads the RayJob status and the new log lines."""
+    keep_failed: bool = False
+    """Keep a failed or timed-out RayJob and its Ray cluster for debugging (their GPUs stay
+    held until `kubectl delete rayjob <name>`); by default the task deletes the RayJob however
+    it ended."""
+    log_tail: int = Field(40, ge=1)
+    """Log lines quoted in the task's error when the RayJob fails."""
 
 
 class VerlConfig(BaseModel):
@@ -17,6 +46,9 @@ class VerlConfig(BaseModel):
 
     n_gpus_per_node: int = Field(8, ge=1)
     nnodes: int = Field(1, ge=1)
+    """1: verl runs inside the verl task's pod. >1: the task runs verl on a KubeRay RayJob
+    with `nnodes` worker pods of `n_gpus_per_node` GPUs each (`rayjob`)."""
+    rayjob: RayJobSettings = Field(default_factory=RayJobSettings)
     rollout_n: int = Field(8, ge=2)
     """Plays per (state, seat) row: the GRPO group size."""
     train_batch_size: int = Field(64, ge=1)
@@ -64,6 +96,12 @@ class VerlConfig(BaseModel):
             raise ValueError(
                 f"n_gpus_per_node ({self.n_gpus_per_node}) must be a multiple of tp_size "
                 f"({self.tp_size})"
+            )
+        if self.nnodes > 1 and not self.rayjob.shared_pvc:
+            raise ValueError(
+                f"verl.nnodes={self.nnodes} runs verl on a KubeRay RayJob, whose pods share the "
+                "model, data and checkpoints through a ReadWriteMany volume: set "
+                "verl.rayjob.shared_pvc to its PersistentVolumeClaim"
             )
         if self.max_new_tokens >= self.max_response_length:
             raise ValueError("max_new_tokens must be below max_response_length (a whole game)")

@@ -15,7 +15,10 @@ import sys
 import tempfile
 import time
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TextIO
 
 from sparring.pipeline.config import PipelineConfig
 from sparring.pipeline.io import log, run_uri, upload
@@ -106,6 +109,7 @@ def train_verl(
     work_dir: str | Path,
     run_name: str | None = None,
     python: str = sys.executable,
+    client: object = None,
 ) -> dict[str, float]:
     """One iteration on verl (train_backend: verl): build the dataset rows and the agent-loop
     config (`verl_launch`), run verl's main_ppo in a subprocess, merge the latest FSDP actor
@@ -115,19 +119,35 @@ def train_verl(
     A non-zero exit of either command raises VerlLaunchError with the tail of its output;
     `work_dir` keeps verl.log, merge.log, metrics.jsonl and the data, uploaded to
     `<root>/<run>/<iteration>/verl` when `run_name` is given; the FSDP checkpoints live in a
-    temporary folder that is removed afterwards. Tested on CPU only up to the launch (main_ppo
-    fails there); the GPU run itself has not been executed.
+    temporary folder that is removed afterwards. With `verl.nnodes` > 1 main_ppo runs as a
+    KubeRay RayJob instead (`_train_on_rayjob`; `client`: a kubernetes ApiClient, None = the
+    pod's ServiceAccount) and the checkpoints go through the shared volume. Tested on CPU up to
+    the point where verl needs a GPU, and the RayJob against a fake API server; the GPU run
+    itself has not been executed.
     """
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
     metrics_file = work / "metrics.jsonl"
     env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(metrics_file), "HYDRA_FULL_ERROR": "1"}
-    with tempfile.TemporaryDirectory(prefix="sparring-verl-") as scratch:
-        cmd = verl_launch(
-            cfg, model_dir, train_inits, val_inits, iteration, games, work, scratch, python
-        )
+    with _scratch(cfg, run_name or "run", iteration) as scratch:
         t0 = time.perf_counter()
-        _run_logged(cmd, work / "verl.log", "verl.trainer.main_ppo", work, env)
+        if cfg.verl.nnodes > 1:
+            _train_on_rayjob(
+                cfg,
+                model_dir,
+                (train_inits, val_inits),
+                iteration,
+                games,
+                work,
+                scratch,
+                run_name,
+                client,
+            )
+        else:
+            cmd = verl_launch(
+                cfg, model_dir, train_inits, val_inits, iteration, games, work, scratch, python
+            )
+            _run_logged(cmd, work / "verl.log", "verl.trainer.main_ppo", work, env)
         seconds = time.perf_counter() - t0
         merge = merge_command(Path(scratch) / "ckpt", out_dir, python)
         _run_logged(merge, work / "merge.log", "verl.model_merger", work, env)
@@ -144,6 +164,80 @@ def train_verl(
         upload(cfg, work, run_uri(cfg, run_name, iteration, "verl"))
     log(f"iteration {iteration}: verl trained {metrics.get('verl/step', 0):.0f} steps")
     return metrics
+
+
+@contextmanager
+def _scratch(cfg: PipelineConfig, run_name: str, iteration: int) -> Iterator[Path]:
+    """Where verl writes its FSDP checkpoints, removed afterwards: a temporary folder, or with
+    nnodes > 1 `<verl.rayjob.shared_path>/<run>/<iteration>` on the volume every Ray pod
+    mounts (the model and the dataset rows are staged there too)."""
+    if cfg.verl.nnodes == 1:
+        with tempfile.TemporaryDirectory(prefix="sparring-verl-") as tmp:
+            yield Path(tmp)
+        return
+    stage = Path(cfg.verl.rayjob.shared_path) / run_name / str(iteration)
+    shutil.rmtree(stage, ignore_errors=True)  # a retried task starts clean
+    stage.mkdir(parents=True)
+    try:
+        yield stage
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _train_on_rayjob(
+    cfg: PipelineConfig,
+    model_dir: str,
+    inits: tuple[str, str],
+    iteration: int,
+    games: int,
+    work: Path,
+    stage: Path,
+    run_name: str | None,
+    client: object = None,
+) -> None:
+    """verl.nnodes > 1: stage the model and verl's inputs on the shared volume, run main_ppo as
+    a KubeRay RayJob (sparring.verl_backend.rayjob) with its log in `work/verl.log`, and copy
+    back what is uploaded (data, agent-loop config, metrics.jsonl); the checkpoint stays in
+    `stage/ckpt` for the merge."""
+    from sparring.verl_backend import rayjob
+
+    model = shutil.copytree(model_dir, stage / "model")
+    cmd = verl_launch(cfg, str(model), *inits, iteration, games, stage, stage, "python")
+    env = {"VERL_FILE_LOGGER_PATH": str(stage / "metrics.jsonl"), "HYDRA_FULL_ERROR": "1"}
+    r = cfg.verl.rayjob
+    manifest = rayjob.rayjob_manifest(
+        rayjob.rayjob_name(run_name or "run", iteration),
+        rayjob.own_namespace(r),
+        cmd,
+        env,
+        cfg.kubernetes.gpu_image,
+        cfg.verl,
+        cfg.kubernetes,
+    )
+    with open(work / "verl.log", "w") as f:
+        rayjob.run_rayjob(client or rayjob.api_client(), manifest, r, out=_Tee(sys.stdout, f))
+    for name in ("data", "agent_loops.yaml", "metrics.jsonl"):
+        src = stage / name
+        if src.is_dir():
+            shutil.copytree(src, work / name, dirs_exist_ok=True)
+        elif src.exists():
+            shutil.copy2(src, work / name)
+
+
+class _Tee:
+    """A text stream writing to several streams."""
+
+    def __init__(self, *streams: TextIO) -> None:
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for s in self.streams:
+            s.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        for s in self.streams:
+            s.flush()
 
 
 def verl_metrics(path: str | Path) -> dict[str, float]:
