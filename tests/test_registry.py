@@ -295,3 +295,32 @@ def test_basic_auth_needs_the_login_which_never_reaches_mlflow_or_logs(
     monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD")
     with pytest.raises(MlflowException, match="401"):
         mlflow.artifacts.download_artifacts(uri, dst_path=str(tmp_path / "denied"))
+
+
+def documented_loaders() -> list[str]:
+    """The python blocks of docs/pipeline.md's registry section, as written."""
+    import re
+
+    doc = (Path(__file__).parents[1] / "docs" / "pipeline.md").read_text()
+    section = doc.split("## The model registry: three ways to get a model out")[1]
+    return re.findall(r"```python\n(.*?)```", section.split("\n## ")[0], re.S)
+
+
+def test_the_documented_loaders_work_with_only_the_tracking_uri(cfg, mlflow_server, tmp_path):
+    blocks = documented_loaders()
+    assert len(blocks) == 3 and all("@champion" in b for b in blocks)
+    parent = PipelineRun.start(cfg.tracking, "r").run_id
+    trained = tmp_path / "ckpt"
+    model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=torch.bfloat16)
+    model.save_pretrained(trained)
+    AutoTokenizer.from_pretrained(cfg.model).save_pretrained(trained)
+    tasks.register(cfg, parent, "r", 0, str(trained), EVALS)
+    script = "\n".join(blocks).replace("sparring-matching", cfg.registered_model)
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    env["MLFLOW_TRACKING_URI"] = mlflow_server.url
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # both generators replied (printed), and the plain files are the bf16 weights + template
+    assert proc.stdout.strip().splitlines()[-1].endswith("torch.bfloat16 True")
