@@ -1,20 +1,28 @@
 """Does self-play GRPO improve a policy? The whole loop on CPU with fixed seeds.
 
-    .venv/bin/python bench/learning.py                 # ~20 min on 2 idle cores
+    .venv/bin/python bench/learning.py                 # tiny model, ~20 min on 2 idle cores
+    .venv/bin/python bench/learning.py --model smollm2-135m-instruct   # real model, < 90 min
     .venv/bin/python bench/learning.py --iterations 1 --train-states 4 --games-per-init 2 \
         --val-states 4 --sft-states 8 --sft-epochs 1   # smoke size
 
-1. build the tiny model;
-2. warm-start it with SFT on scripted self-play of its own train states;
+1. the model: the tiny one (built here, random weights) or any model ref (`--model`: a named
+   real model such as smollm2-135m-instruct, a hub name, a path), evaluated zero-shot;
+2. optionally (`--sft-states` > 0) warm-start it with SFT on scripted self-play of its own
+   train states;
 3. K iterations of self-play rollout -> GRPO (group key `init`) -> evaluation on held-out
    val states. Matching k=3 with `random_names=False`: the 1.3M-parameter tiny model can't
-   learn to copy random names from its table in a CPU budget (README: "The learning curve").
+   learn to copy random names from its table in a CPU budget (docs/training.md).
+
+A real model gets its own defaults (`REAL_DEFAULTS`, picked to finish within 90 minutes on 2
+idle CPU cores): fewer and shorter games, a one-epoch SFT, LoRA adapters (rank 16).
 
 Evaluation plays every val state in self-play twice: sampled at the rollout temperature (the
 policy GRPO optimises; fixed seed, so every iteration sees the same random stream) and greedy.
 Prints the curve with the GRPO diagnostics that explain it (zero-variance groups, clip
 fraction, KL, grad norm), saves learning.png and learning.json, and ends with
-`RESULT learning_gain <final sampled val reward - SFT-init sampled val reward>`.
+`RESULT learning_gain <final - start sampled val reward>` (`real_learning_gain` for a model
+other than the tiny one), where start is the model the GRPO iterations begin from (after the
+warm start, if any): the figure measures self-play GRPO alone.
 """
 
 from __future__ import annotations
@@ -31,10 +39,32 @@ from sparring.game_init import GameInitConfig, write_inits
 from sparring.games import GameSpec
 from sparring.generation.base import SamplingParams
 from sparring.generation.hf import HFBackend
+from sparring.models import resolve_model
 from sparring.rollout import RolloutConfig, load_inits
 from sparring.sft import SFTConfig
 from sparring.tiny_model import init_tiny
 from sparring.train import GRPOConfig
+
+# `--model` other than tiny: sized for a 135M model on 2 idle CPU cores (~60 min estimated:
+# ~4 min per evaluation, ~6 per GRPO iteration, ~6 for the warm start). LoRA: a cheaper
+# backward, no full AdamW state, and the lr of an adapter; no checkpointing, since activations
+# of 4 x ~500 tokens fit easily in CPU memory and recomputing them costs a third more.
+REAL_DEFAULTS = {
+    "iterations": 4,
+    "max_turns": 6,
+    "train_states": 8,
+    "games_per_init": 4,
+    "val_states": 32,
+    "sft_states": 48,
+    "sft_epochs": 1,
+    "sft_lr": 5e-4,
+    "lr": 1e-4,
+    "max_new_tokens": 48,
+    "mini_batch": 16,
+    "micro_batch": 4,
+    "lora_rank": 16,
+    "gradient_checkpointing": False,
+}
 
 
 def val_metrics(
@@ -66,13 +96,19 @@ def warm_start(
         lr=args.sft_lr,
         epochs=args.sft_epochs,
         mini_batch_size=16,
-        micro_batch_size=16,
+        micro_batch_size=args.micro_batch,
         lr_schedule="cosine",
+        **memory_options(args),
     )
     agent = game.cls.default_opponent
     warm = recipe.warm_start(model, RolloutConfig(game=game), agent, states, work / "iter-0", cfg)
     print(f"scripted teacher reward {warm.metrics['warm_start/teacher_reward']:.3f}")
     return str(warm.out_dir)
+
+
+def memory_options(args: argparse.Namespace) -> dict:
+    """The trainer's LoRA and checkpointing settings (sparring.policy_model)."""
+    return {"lora_rank": args.lora_rank, "gradient_checkpointing": args.gradient_checkpointing}
 
 
 def plot(curve: list[dict], path: Path, title: str) -> None:
@@ -94,7 +130,7 @@ def plot(curve: list[dict], path: Path, title: str) -> None:
         )
     ax.plot(x, [c["agreement"] for c in curve], ":", label="agreement rate (sampled)")
     ax.plot(x, [c["invalid"] for c in curve], "-.", label="invalid-action rate (sampled)")
-    ax.set_xlabel("iteration (0 = after the SFT warm start)")
+    ax.set_xlabel("GRPO iteration (0 = start; -1 = zero-shot, before the warm start)")
     ax.set_ylim(0, 1.05)
     ax.legend(fontsize=8)
     ax.set_title(title)
@@ -107,6 +143,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    ap.add_argument("--model", default="tiny", help="tiny, or a model ref: named, hub, path")
     ap.add_argument("--iterations", type=int, default=6)
     ap.add_argument("--k", type=int, default=3, help="table size")
     ap.add_argument("--max-turns", type=int, default=8)
@@ -114,12 +151,19 @@ def main() -> None:
     ap.add_argument("--train-states", type=int, default=24, help="states per rollout")
     ap.add_argument("--games-per-init", type=int, default=8, help="GRPO group size (key: init)")
     ap.add_argument("--val-states", type=int, default=128)
-    ap.add_argument("--sft-states", type=int, default=600, help="scripted games for the warm start")
+    ap.add_argument(
+        "--sft-states", type=int, default=600, help="scripted games for the warm start (0 = none)"
+    )
     ap.add_argument("--sft-epochs", type=int, default=3)
     ap.add_argument("--sft-lr", type=float, default=3e-3)
     ap.add_argument("--lr", type=float, default=2e-4, help="GRPO learning rate")
     ap.add_argument("--epochs", type=int, default=1, help="PPO epochs per iteration")
     ap.add_argument("--mini-batch", type=int, default=32, help="sequences per optimizer step")
+    ap.add_argument("--micro-batch", type=int, default=16, help="sequences per forward/backward")
+    ap.add_argument("--lora-rank", type=int, default=0, help="> 0: train LoRA adapters only")
+    ap.add_argument(
+        "--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=False
+    )
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument(
         "--invalid-penalty",
@@ -141,6 +185,8 @@ def main() -> None:
         "of an earlier run with the same state arguments) to tune the RL settings",
     )
     ap.add_argument("--out", help="work directory (default: a temp dir)")
+    if ap.parse_known_args()[0].model != "tiny":  # a real model's defaults; flags still win
+        ap.set_defaults(**REAL_DEFAULTS)
     args = ap.parse_args()
 
     t_start = time.perf_counter()
@@ -148,7 +194,7 @@ def main() -> None:
     rules = {"k": args.k, "max_turns": args.max_turns, "random_names": args.random_names}
     game = GameSpec(name="matching", params=rules)
     sampling = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
-    # 1. seeded states (the train split covers SFT and every rollout, disjointly), tiny model
+    # 1. seeded states (the train split covers SFT and every rollout, disjointly), the model
     n_train = args.sft_states + args.iterations * args.train_states
     inits = write_inits(
         GameInitConfig(game=game, num_train=n_train, num_val=args.val_states, seed=0),
@@ -156,11 +202,8 @@ def main() -> None:
         progress=False,
     )
     train_states = load_inits(inits["train"])
-    model = args.warm_model or warm_start(
-        str(init_tiny(work / "tiny")), train_states[: args.sft_states], game, args, work
-    )
-    backend = HFBackend(model, device="cpu")  # the current policy: evaluated, then played
-    curve = [{"iteration": 0, **val_metrics(backend, inits["val"], game, sampling)}]
+    model = str(init_tiny(work / "tiny")) if args.model == "tiny" else resolve_model(args.model)
+    curve: list[dict] = []
 
     def report(row: dict) -> None:
         print(
@@ -173,16 +216,28 @@ def main() -> None:
             flush=True,
         )
 
-    report(curve[0])
+    warm = bool(args.warm_model or args.sft_states)
+    backend = HFBackend(model, device="cpu")  # the current policy: evaluated, then played
+    if warm and args.model != "tiny" and not args.warm_model:  # zero-shot, before the warm start
+        curve.append({"iteration": -1, **val_metrics(backend, inits["val"], game, sampling)})
+        report(curve[-1])
+    if warm:  # 2. the warm start
+        model = args.warm_model or warm_start(
+            model, train_states[: args.sft_states], game, args, work
+        )
+        backend = HFBackend(model, device="cpu")
+    curve.append({"iteration": 0, **val_metrics(backend, inits["val"], game, sampling)})
+    report(curve[-1])
     # 3. self-play -> GRPO -> eval
     tcfg = GRPOConfig(
         group_key=args.group_key,
         lr=args.lr,
         epochs=args.epochs,
         mini_batch_size=args.mini_batch,
-        micro_batch_size=16,
+        micro_batch_size=args.micro_batch,
         kl_coef=args.kl_coef,
         loss_agg_mode=args.loss_agg_mode,
+        **memory_options(args),
     )
     shaped = {**rules, "invalid_penalty": args.invalid_penalty}  # eval stays unshaped
     for it in range(1, args.iterations + 1):
@@ -215,9 +270,12 @@ def main() -> None:
         report(row)
     (work / "learning.json").write_text(json.dumps({"args": vars(args), "curve": curve}, indent=2))
     names = "random names" if args.random_names else "fixed names"
-    plot(curve, work / "learning.png", f"self-play GRPO, matching k={args.k} ({names}), tiny model")
+    title = f"self-play GRPO, matching k={args.k} ({names}), {args.model} model"
+    plot(curve, work / "learning.png", title)
     print(f"curve and plot: {work / 'learning.json'}, {work / 'learning.png'}")
-    print(f"RESULT learning_gain {curve[-1]['reward'] - curve[0]['reward']:.3f}")
+    start = next(row for row in curve if row["iteration"] == 0)  # where GRPO began
+    name = "learning_gain" if args.model == "tiny" else "real_learning_gain"
+    print(f"RESULT {name} {curve[-1]['reward'] - start['reward']:.3f}")
 
 
 if __name__ == "__main__":

@@ -2,13 +2,20 @@
 
     .venv/bin/python bench/rollout.py            # 64 games, k=4 (about 3 minutes on 2 cores)
     .venv/bin/python bench/rollout.py --games 4  # smoke size
+    .venv/bin/python bench/rollout.py --model smollm2-135m-instruct --games 8 --k 3
     .venv/bin/python bench/rollout.py --backend openai --base-url http://127.0.0.1:30000 \\
         --model Qwen/Qwen2.5-1.5B-Instruct      # any backend of sparring.generation.factory
 
 The baseline is what a user of dialop's env would write: for each game, for each turn, render
 the chat template, generate for that one seat, step. Prints games/s for both, tokens/s, and the
 share of wall time inside the model's forward passes (hf only), then
-`RESULT rollout_speedup <ratio>`.
+`RESULT rollout_speedup <ratio>`. The hf backend also reports its achieved model FLOP/s,
+2 x parameters x processed tokens (prefilled and decoded; a cached prefix is not processed
+again) over the batched rollout's wall time, as a fraction of the best fp32 (bf16 on CUDA)
+matmul rate measured in the same run: `RESULT rollout_flop_util <fraction>`, printed before
+the speedup. Both figures are also given per CPU second of this process, which other jobs on a
+shared machine do not dilute. The count includes the LM head for every token although prefill computes logits
+for the last position only, so it slightly overstates the work actually done.
 
 With a CUDA GPU (`torch.cuda.is_available()`) it measures the GPU throughput instead, for the
 documented model config (configs/pipeline-gpu.yaml: its model, game params,
@@ -31,6 +38,7 @@ from sparring.game_init import GameInitConfig, generate_inits
 from sparring.games import GameSpec, make_game
 from sparring.generation.base import GenerationBackend, SamplingParams
 from sparring.generation.factory import BACKENDS, BackendConfig, make_backend
+from sparring.models import resolve_model
 from sparring.pipeline.config import CONFIG_DIR
 from sparring.rollout import RolloutConfig, play
 from sparring.tiny_model import init_tiny
@@ -55,6 +63,28 @@ def sequential(
             game.step(seat, backend.generate([prompt], sampling)[0].text)
             calls += 1
     return calls
+
+
+def matmul_peak(device: torch.device, n: int = 2048, seconds: float = 3.0) -> tuple[float, float]:
+    """The best rate of an n x n matmul in the weights' dtype (fp32 on CPU, bf16 on CUDA) over
+    repeated timings for about `seconds`: FLOP per wall second, and per CPU second of this
+    process (which other jobs on a shared machine do not dilute)."""
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
+    wall, cpu, t_end = 0.0, 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < t_end:
+        t0, c0 = time.perf_counter(), time.process_time()
+        a @ b
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        wall = max(wall, 2 * n**3 / (time.perf_counter() - t0))
+        cpu = max(cpu, 2 * n**3 / max(time.process_time() - c0, 1e-9))
+    return wall, cpu
+
+
+def processed_tokens(backend: GenerationBackend) -> int:
+    """Tokens the model ran on: uncached prompt tokens plus generated ones (hf backend)."""
+    return backend.prefilled_tokens + backend.generated_tokens
 
 
 def gpu_defaults() -> dict:
@@ -91,6 +121,8 @@ def main() -> None:
     model = (
         args.model or d.get("model") or str(init_tiny(tempfile.mkdtemp(prefix="sparring-tiny-")))
     )
+    if args.backend == "hf":
+        model = resolve_model(model)  # named real models (smollm2-135m-instruct) are fetched
     try:  # e.g. openai without --base-url
         backend_cfg = BackendConfig(name=args.backend, base_url=args.base_url)
     except ValueError as e:
@@ -115,7 +147,7 @@ def main() -> None:
     def reset() -> None:  # per-backend counters of generated tokens (and hf forward time)
         backend.generated_tokens = 0
         if hasattr(backend, "forward_seconds"):
-            backend.forward_seconds = 0.0
+            backend.forward_seconds, backend.prefilled_tokens = 0.0, 0
 
     def share(seconds: float) -> str:  # only the hf backend times its forward passes
         fwd = getattr(backend, "forward_seconds", None)
@@ -125,7 +157,9 @@ def main() -> None:
         game=GameSpec(params=game_params), games_per_init=1, sampling=sampling, max_batch_size=batch
     )
     reset()
+    c0 = time.process_time()
     result = play(inits, {"policy": backend}, cfg, progress=False)
+    batched_cpu = time.process_time() - c0
     batched_gps = len(inits) / result.seconds
     tokens_per_s = result.generated_tokens / result.seconds
     print(
@@ -133,18 +167,31 @@ def main() -> None:
         f"{tokens_per_s:7.1f} tokens/s  {result.generate_calls} generate calls"
         f"{share(result.seconds)}"
     )
+    if hasattr(backend, "prefilled_tokens"):  # hf: the model's own counters and parameters
+        params = sum(p.numel() for p in backend.model.parameters())
+        flop = 2 * params * processed_tokens(backend)
+        peak, cpu_peak = matmul_peak(backend.device)
+        print(
+            f"model FLOP/s: {flop / result.seconds / 1e9:.1f} G (2 x {params / 1e6:.1f}M params x "
+            f"{processed_tokens(backend)} tokens: {backend.prefilled_tokens} prefilled, "
+            f"{backend.generated_tokens} generated) of a {peak / 1e9:.1f} G matmul peak; per CPU "
+            f"second {flop / batched_cpu / 1e9:.1f} G of {cpu_peak / 1e9:.1f} G "
+            f"(utilisation {flop / batched_cpu / cpu_peak:.3f} by CPU time)"
+        )
+        print(f"RESULT rollout_flop_util {flop / result.seconds / peak:.3f}")
 
     if not gpu or args.baseline:
         reset()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         calls = sequential(backend, inits, game_params, sampling)
-        seq_s = time.perf_counter() - t0
+        seq_s, seq_cpu = time.perf_counter() - t0, time.process_time() - c0
         seq_gps = len(inits) / seq_s
         print(
             f"sequential: {seq_s:7.1f} s  {seq_gps:6.3f} games/s  "
             f"{backend.generated_tokens / seq_s:7.1f} tokens/s  {calls} generate calls"
             f"{share(seq_s)}"
         )
+        print(f"speedup by CPU time: {seq_cpu / batched_cpu:.2f} (the same games either way)")
         print(f"RESULT rollout_speedup {batched_gps / seq_gps:.2f}")
     backend.close()
     if gpu:

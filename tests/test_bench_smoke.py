@@ -12,23 +12,37 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def bench_output(script: str, *args: str) -> list[str]:
+    """The benchmark's stdout lines (it must exit 0)."""
+    return (
+        subprocess.run(
+            [sys.executable, str(ROOT / "bench" / script), *args],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=True,
+        )
+        .stdout.strip()
+        .splitlines()
+    )
+
+
 def run_bench(script: str, *args: str) -> str:
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / script), *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-    ).stdout
-    return out.strip().splitlines()[-1]
+    return bench_output(script, *args)[-1]
+
+
+def bench_results(script: str, *args: str) -> dict[str, float]:
+    """Every `RESULT <name> <value>` line of the benchmark's output, in order."""
+    lines = [line.split() for line in bench_output(script, *args) if line.startswith("RESULT ")]
+    return {name: float(value) for _, name, value in lines}
 
 
 def test_rollout_bench(tiny_model_dir):
-    last = run_bench(
+    results = bench_results(
         "rollout.py", "--games", "2", "--max-turns", "2", "--model", str(tiny_model_dir)
     )
-    name, value = last.split()[1:]
-    assert last.startswith("RESULT rollout_speedup") and float(value) > 0
+    assert list(results) == ["rollout_flop_util", "rollout_speedup"]  # the speedup last
+    assert 0 < results["rollout_flop_util"] < 1.5 and results["rollout_speedup"] > 0
 
 
 def test_diplomacy_rollout_bench(tiny_model_dir):
@@ -102,3 +116,36 @@ def test_learning_bench(tmp_path):
     curve = json.loads((tmp_path / "learning.json").read_text())["curve"]
     assert [row["iteration"] for row in curve] == [0, 1]
     assert (tmp_path / "learning.png").stat().st_size > 1000
+
+
+def test_learning_bench_real_model(smollm2_dir, tmp_path):
+    """bench/learning.py with a real model: zero-shot eval, warm start, one GRPO iteration."""
+    results = bench_results(
+        "learning.py",
+        "--model",
+        str(smollm2_dir),
+        "--iterations",
+        "1",
+        "--train-states",
+        "1",
+        "--games-per-init",
+        "2",
+        "--val-states",
+        "1",
+        "--sft-states",
+        "1",
+        "--max-turns",
+        "2",
+        "--max-new-tokens",
+        "4",
+        "--mini-batch",
+        "2",
+        "--micro-batch",
+        "1",
+        "--out",
+        str(tmp_path),
+    )
+    assert list(results) == ["real_learning_gain"] and abs(results["real_learning_gain"]) <= 1
+    saved = json.loads((tmp_path / "learning.json").read_text())
+    assert [row["iteration"] for row in saved["curve"]] == [-1, 0, 1]  # zero-shot, start, GRPO
+    assert saved["args"]["lora_rank"] == 16  # the real model's defaults apply
