@@ -53,7 +53,7 @@ RUN_PARAMETERS = {
         int, "games_per_iteration", "Self-play games per rollout (`games_per_iteration`)."
     ),
     "eval_games": RunParameter(
-        int, "eval.num_games", "Held-out games per evaluation (config `eval.num_games`)."
+        int, "eval.num_games", "Held-out games per evaluation (`eval.num_games`; -1 = all val)."
     ),
     "experiment": RunParameter(
         str, "tracking.experiment", "MLflow experiment (config `tracking.experiment`)."
@@ -62,6 +62,10 @@ RUN_PARAMETERS = {
         str, "registered_model", "MLflow registered model name (config `registered_model`)."
     ),
 }
+
+
+# Int parameters whose field may be unset (None): -1 stands for it in the KFP UI.
+UNSET_IS_MINUS_ONE = ("sampling_seed", "eval_games")
 
 
 def _field(cfg: PipelineConfig, name: str) -> list[str]:
@@ -73,7 +77,7 @@ def _field(cfg: PipelineConfig, name: str) -> list[str]:
 
 def values(cfg: PipelineConfig) -> dict[str, Any]:
     """The run parameters' values in `cfg` (an unset `train.lr` is GRPOConfig's default; an
-    unseeded sampling is -1)."""
+    unset field of UNSET_IS_MINUS_ONE is -1)."""
     out = {}
     for name, param in RUN_PARAMETERS.items():
         node: Any = cfg.model_dump(mode="json")
@@ -95,7 +99,7 @@ def apply(cfg: PipelineConfig, params: dict[str, Any]) -> PipelineConfig:
         node = data
         for key in parents:
             node = node[key]
-        node[leaf] = None if name == "sampling_seed" and value < 0 else value
+        node[leaf] = None if name in UNSET_IS_MINUS_ONE and value == -1 else value
     return PipelineConfig.model_validate(data)
 
 
@@ -132,9 +136,7 @@ def resolve(config: str, params: dict[str, Any], compiled: str) -> PipelineConfi
     docstring. Raises ValueError naming the conflicting or compile-time fields."""
     embedded = json.loads(compiled)
     cfg = PipelineConfig.model_validate_json(config)
-    if fingerprint(cfg) != embedded["fingerprint"]:
-        now = shape(cfg)
-        changed = sorted(k for k, v in embedded["shape"].items() if now.get(k) != v)
+    if changed := _changed(embedded["shape"], shape(cfg)):
         raise ValueError(
             f"the `config` parameter changes compile-time fields {changed} (fingerprint "
             f"{fingerprint(cfg)}, compiled {embedded['fingerprint']}): they shape the pipeline "
@@ -155,3 +157,16 @@ def resolve(config: str, params: dict[str, Any], compiled: str) -> PipelineConfi
             )
         changed_params[name] = value
     return apply(cfg, changed_params) if changed_params else cfg
+
+
+def _changed(compiled: dict[str, Any], now: dict[str, Any], prefix: str = "") -> list[str]:
+    """The fields of the compiled shape whose value differs in `now`. Fields the compiled shape
+    lacks (a newer Sparring in the image added them, with defaults) do not count."""
+    out = []
+    for key, value in compiled.items():
+        here = now.get(key)
+        if isinstance(value, dict) and isinstance(here, dict):
+            out += _changed(value, here, f"{prefix}{key}.")
+        elif here != value:
+            out.append(prefix + key)
+    return out

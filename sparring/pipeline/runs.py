@@ -59,7 +59,7 @@ def open_parent(cfg: PipelineConfig, run_name: str, job_id: str, job_name: str =
     tags = {JOB_TAG: job_id, RUN_TAG: run_name, PIPELINE_TAG: cfg.name}
     if job_name:
         tags["kfp.run_name"] = job_name
-    if cfg.kubernetes.kfp_ui_url and job_id != run_name:
+    if cfg.kubernetes.kfp_ui_url:
         tags["kfp.run_url"] = f"{cfg.kubernetes.kfp_ui_url.rstrip('/')}/#/runs/details/{job_id}"
     params = cfg.model_dump(mode="json")
     title = cfg.run_name or job_name or run_name

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 import uuid
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 from sparring import storage
 from sparring.models import resolve_model
-from sparring.pipeline import reports, tasks
+from sparring.pipeline import reports, runs, tasks
 from sparring.pipeline.config import PipelineConfig
 from sparring.tracking import PipelineRun, TrackingConfig, TrackingUnavailableError, connect
 
@@ -303,3 +304,49 @@ def test_past_checkpoint_opponents_load_the_right_iterations_model(
         {("past-1", first.checkpoint_uri)},
         [["past-1"] * 6 + ["policy"]] * 2,
     )
+
+
+# ---- run identity, retried start, stale parents, a quote in the display name ------------------
+def test_start_keys_storage_on_the_run_id_and_a_retry_reuses_the_parent(cfg):
+    job = str(uuid.uuid4())
+    ui = cfg.kubernetes.model_copy(update={"kfp_ui_url": "https://kubeflow.example/pipeline/"})
+    cfg = cfg.model_copy(update={"kubernetes": ui})
+    name, parent = tasks.start(cfg, job, "it's nightly")
+    assert name == job and tasks.start(cfg, job, "it's nightly") == (job, parent)
+    run = connect(cfg.tracking).get_run(parent)
+    assert run.data.tags["kfp.run_name"] == "it's nightly" and run.info.run_name == "it's nightly"
+    assert run.data.tags["kfp.run_url"] == f"https://kubeflow.example/pipeline/#/runs/details/{job}"
+    summary = tasks.finish(cfg, job, "it's nightly")
+    assert "## it's nightly: FINISHED" in summary and parent in summary
+    assert connect(cfg.tracking).get_run(parent).info.status == "FINISHED"
+
+
+def test_start_closes_parent_runs_older_than_the_run_deadline(cfg):
+    client = connect(cfg.tracking)
+    tasks.start(cfg, "first", "a")  # creates the experiment
+    experiment = client.get_experiment_by_name(cfg.tracking.experiment).experiment_id
+    old = int((time.time() - cfg.kubernetes.run_deadline_seconds - 60) * 1000)
+    stale = client.create_run(experiment, start_time=old, tags={runs.PIPELINE_TAG: cfg.name})
+    live = runs.find_parent(cfg, client, "first")
+    tasks.start(cfg, "second", "b")
+    assert client.get_run(stale.info.run_id).info.status == "KILLED"
+    assert client.get_run(live.info.run_id).info.status == "RUNNING"  # within its deadline
+
+
+# ---- 6. models from S3 on the configured endpoint ---------------------------------------------
+def test_an_s3_model_loads_from_the_configured_endpoint_alone(
+    cfg, s3_server, tiny_model_dir, tmp_path, monkeypatch
+):
+    uri = f"{cfg.storage.root}/seed/checkpoint"
+    storage.upload_dir(tiny_model_dir, uri)
+    for key in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):  # a pod gets only the two keys
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("SPARRING_MODEL_CACHE", str(tmp_path / "cache"))
+    first = cfg.model_copy(
+        update={
+            "model": uri,
+            "storage": cfg.storage.model_copy(update={"endpoint_url": s3_server.endpoint_url}),
+        }
+    )
+    tasks.initial_model(first, tmp_path / "m0")
+    assert (tmp_path / "m0" / "model.safetensors").exists()
