@@ -88,8 +88,8 @@ def selective_log_softmax(
         lp, ent = checkpoint(chunk, h, y, use_reentrant=False) if grad else chunk(h, y)
         log_probs.append(lp)
         entropies.append(ent)
-    if not log_probs:  # no response tokens
-        empty = rows.new_zeros(0, dtype=torch.float32)
+    if not log_probs:  # no response tokens: empty, but still in the graph (backward gives 0)
+        empty = rows.sum(-1).float()  # (0,)
         return empty, (empty if with_entropy else None)
     return torch.cat(log_probs), (torch.cat(entropies) if with_entropy else None)
 

@@ -54,6 +54,15 @@ def test_entropy_without_entropy_grad_carries_no_gradient():
     assert ent is None
 
 
+def test_a_micro_batch_without_response_tokens_backpropagates_zero(tiny_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    ids, attn, mask = batch_of_two(model.config.vocab_size)
+    lp, ent = token_log_probs(model, ids, attn, torch.zeros_like(mask), True, True)
+    assert (lp == 0).all() and (ent == 0).all()
+    (lp.sum() + ent.sum()).backward()  # a loss over no tokens is 0, not an autograd error
+    assert all(p.grad is None or not p.grad.any() for p in model.parameters())
+
+
 @pytest.fixture(scope="module")
 def smollm2(smollm2_dir):
     return AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32).eval()
