@@ -6,8 +6,11 @@ rollout → train → evaluate → register, unrolled at compile time (KFP v2 ha
 
 `build_pipeline(cfg)` bakes the compile-time choices into the graph: the number of iterations,
 the warm start, images, GPUs, node selectors, tolerations, the S3 Secret, /dev/shm, retries,
-caching. At run time the KFP UI exposes `config` (the whole PipelineConfig as JSON) and
-`games_per_iteration`. Each iteration's model is the previous train step's
+caching (pure steps only), each step's resources and timeout, the non-root security context,
+pull secrets and the run's deadline; their fingerprint goes to `start`. At run time the KFP UI
+exposes `config` (the whole PipelineConfig as JSON) and the typed run parameters of
+sparring.pipeline.run_params; `start` resolves them into the config every later task reads.
+The pipeline's outputs are the champion's version and score. Each iteration's model is the previous train step's
 output; the first is `config.model` (optionally warm-started by SFT). Each rollout after the
 first gets the previous one's difficulty schedule (`opponents`, sparring.pipeline.league); when
 the pool names earlier checkpoints (`past-<k>`), rollout i also waits for register i-k-1 of the
@@ -16,7 +19,7 @@ smallest k, whose stored checkpoint it loads. With
 `verl.n_gpus_per_node` GPUs plays and trains inside verl (sparring.verl_backend.task). With
 `rollout.shards: N` each rollout is N shard tasks in a `ParallelFor` (one slice of the initial
 states each, `kubernetes.rollout_gpus` apiece) and a merge task (sparring.pipeline.shards).
-The IR grows by about 26 KB per iteration: for long campaigns use `pipelines.driver`, one run per block.
+The IR grows by about 30 KB per iteration: for long campaigns use `pipelines.driver`, one run per block.
 """
 
 from typing import NamedTuple
