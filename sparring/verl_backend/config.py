@@ -73,6 +73,9 @@ class VerlConfig(BaseModel):
     """Whole-game budget after the focal seat's first reply (all turns, both seats)."""
     max_new_tokens: int = Field(256, ge=1)
     """Per-turn cap."""
+    ray_num_cpus: int | None = Field(None, ge=1)
+    """Logical CPUs of the Ray cluster main_ppo starts on one node (None = the machine's cores).
+    TransferQueue's storage actors each hold one: a machine with few cores needs more."""
     total_epochs: int = Field(1, ge=1)
     save_freq: int = Field(10, ge=1)
     test_freq: int = Field(10, ge=1)
@@ -102,6 +105,11 @@ class VerlConfig(BaseModel):
                 f"verl.nnodes={self.nnodes} runs verl on a KubeRay RayJob, whose pods share the "
                 "model, data and checkpoints through a ReadWriteMany volume: set "
                 "verl.rayjob.shared_pvc to its PersistentVolumeClaim"
+            )
+        if self.nnodes > 1 and self.ray_num_cpus:
+            raise ValueError(
+                "verl.ray_num_cpus sizes the Ray cluster main_ppo starts on one node; with "
+                "nnodes > 1 verl joins the RayJob's cluster (size it with verl.rayjob.*_cpu)"
             )
         if self.max_new_tokens >= self.max_response_length:
             raise ValueError("max_new_tokens must be below max_response_length (a whole game)")

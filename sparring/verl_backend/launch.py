@@ -57,7 +57,9 @@ def verl_overrides(
     `+` adds a key the schema leaves open)."""
     actor, rollout = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
     kl = cfg.kl_coef > 0
+    ray = [f"ray_kwargs.ray_init.num_cpus={cfg.ray_num_cpus}"] if cfg.ray_num_cpus else []
     return [
+        *ray,
         "algorithm.adv_estimator=grpo",  # rows are state x seat: uid groups by init_seat
         f"algorithm.norm_adv_by_std_in_grpo={cfg.norm_adv_by_std}",
         "algorithm.use_kl_in_reward=False",

@@ -90,13 +90,20 @@ def test_verl_launch_writes_the_rows_and_a_command_verls_hydra_config_accepts(
         )
 
 
-def test_verl_launch_failure_raises_with_verls_output_and_registers_nothing(
+def test_main_ppo_gets_to_the_gpu_check_and_the_task_fails_with_its_last_lines(
     tiny_model_dir, tmp_path
 ):
-    """The real `python -m verl.trainer.main_ppo` on this CPU-only machine: it exits non-zero
-    (here before any GPU check: TransferQueue, from verl[verl-core], is not installed; the GPU
-    image has it), and the step must say so with verl's own last lines."""
+    """The real `python -m verl.trainer.main_ppo` with Sparring's composed config on this
+    CPU-only machine: hydra composes it, the V1 trainer imports (TransferQueue, the
+    `verl-core` extra, is installed with the dev extra as in the GPU image), TransferQueue
+    starts, the tokenizer and both datasets load (8 train rows, 4 val rows), and verl stops
+    where it needs a GPU: its resource check. The task raises VerlLaunchError with verl's last
+    lines, and nothing is merged, uploaded or registered. `verl.ray_num_cpus` gives Ray 16
+    logical CPUs: on 2 cores TransferQueue's storage actors would wait forever for one."""
+    import sys
+
     cfg = verl_cfg(tmp_path)
+    cfg.verl.ray_num_cpus = 16
     inits = tasks.game_init(cfg, tmp_path / "inits", "r")
     with pytest.raises(verl_task.VerlLaunchError) as err:
         verl_task.train_verl(
@@ -109,15 +116,26 @@ def test_verl_launch_failure_raises_with_verls_output_and_registers_nothing(
             tmp_path / "model",
             tmp_path / "work",
             run_name="r",
+            python=sys.executable,
         )
+    log = (tmp_path / "work/verl.log").read_text()
+    config = log.find("'agent_loop_config_path': '" + str(tmp_path / "work/agent_loops.yaml"))
+    datasets = [  # printed by two processes through Ray: their order is not fixed
+        log.find(marker)
+        for marker in (
+            "dataset len: 8",
+            "dataset len: 4",
+            "train and validate dataloader initialized, train dataset size: 8, val dataset size: 4",
+        )
+    ]
+    gpu_check = "ValueError: Total available GPUs 0 is less than total desired GPUs 1"
+    assert -1 < log.find("TaskRunnerV1") < config < min(datasets)  # configured, then imported
+    assert -1 not in datasets and max(datasets) < log.find(gpu_check)  # loaded, then the GPU
     message = str(err.value)
     assert "verl.trainer.main_ppo exited with code" in message
-    assert "nothing was trained or registered" in message
-    assert "Error" in message.splitlines()[-1]  # verl's last line names its exception
-    assert str(tmp_path / "work/verl.log") in message
+    assert message.splitlines()[-1].endswith(gpu_check)  # verl's own last line
     tail = message.split("lines:\n", 1)[1].splitlines()
-    log_lines = (tmp_path / "work/verl.log").read_text().splitlines()
-    assert tail == log_lines[-len(tail) :]  # the tail is verl's own output, in order
+    assert tail == log.splitlines()[-len(tail) :]  # the tail is verl's output, in order
     assert not (tmp_path / "model/config.json").exists()  # no merge ran
     assert not (tmp_path / "store/r/0").exists()  # neither data nor checkpoint uploaded
     assert registered(cfg) == []
