@@ -3,7 +3,8 @@
 board      the engine import and the standard board's constants
 scenarios  seeded start positions (opening, midgame, endgame) from scripted play
 orders     parsing a power's text into orders and press
-game       the adapter: press and order rounds, rewards, observations
+observation the board and each power's options, as text
+game       the adapter: press and order rounds, retreats, rewards
 bots       scripted bots (hold, random-legal, greedy)
 metrics    per-country episode metrics (seed 001)
 report     evaluation against every bot in every country, its table and heatmap

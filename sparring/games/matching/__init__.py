@@ -1,5 +1,6 @@
-"""The matching game (dialop's reviewer-paper "optimization" game): rules in `game`, tables in
-`table`, turn parsing in `parse`, the scripted baseline in `agents`."""
+"""The matching game (dialop's reviewer-paper "optimization" game): rules and the `dialop`
+preset in `game`, tables in `table`, turn parsing in `parse`, what each seat is told in
+`prompt`, the scripted baseline in `agents`."""
 
 from sparring.games.matching.game import MatchingGame
 
