@@ -15,6 +15,8 @@ KubeRay's submitter Job. `run_rayjob`:
      `log_tail` lines when it failed, was stopped, or outlived `timeout_seconds`;
   4. deletes the RayJob (and with it the Ray cluster and its GPUs), unless it failed and
      `keep_failed` is set.
+A RayJob of the same name left by an earlier attempt of the task is deleted before the create.
+Each poll reads the submitter's whole log and prints the lines it has not printed yet.
 
 The API calls it makes are exactly the chart's `rayJobs` RBAC rules: rayjobs create/get/delete,
 pods list, pods/log get (tests/verl_backend/test_rayjob.py checks both against each other).
@@ -217,7 +219,7 @@ def run_rayjob(
     custom, core = CustomObjectsApi(client), CoreV1Api(client)
     namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
     where = (GROUP, VERSION, namespace, PLURAL)
-    custom.create_namespaced_custom_object(*where, manifest)
+    _create(custom, where, manifest, out, sleep)
     out.write(f"[sparring] created RayJob {namespace}/{name} ({manifest['spec']['entrypoint']})\n")
     logs = _LogFollower(core, namespace, name, out, settings.log_tail)
     deadline, succeeded = clock() + settings.timeout_seconds, False
@@ -244,6 +246,34 @@ def run_rayjob(
             except ApiException as e:
                 if e.status != 404:
                     raise
+
+
+def _create(
+    custom: Any, where: tuple, manifest: dict[str, Any], out: TextIO, sleep: Callable
+) -> None:
+    """Create the RayJob. One left by an earlier attempt of the same task (a retried pod) is
+    deleted first, so that it stops writing to the stage this attempt starts afresh."""
+    from kubernetes.client import V1DeleteOptions
+    from kubernetes.client.exceptions import ApiException
+
+    name = manifest["metadata"]["name"]
+    for _ in range(60):
+        try:
+            custom.create_namespaced_custom_object(*where, manifest)
+            return
+        except ApiException as e:
+            if e.status != 409:
+                raise
+        out.write(f"[sparring] RayJob {name} exists from an earlier attempt: deleting it\n")
+        try:
+            custom.delete_namespaced_custom_object(
+                *where, name, body=V1DeleteOptions(propagation_policy="Foreground")
+            )
+        except ApiException as e:
+            if e.status != 404:
+                raise
+        sleep(5.0)
+    raise RayJobError(f"RayJob {name} from an earlier attempt was not deleted within 5 minutes")
 
 
 def _failure(

@@ -4,6 +4,7 @@ with bodies built from the `kubernetes` client's own models (V1Pod, V1PodList, V
     with FakeKube(statuses, log_lines) as kube:
         status = run_rayjob(kube.client(), manifest, settings)
     kube.created, kube.deleted, kube.calls   # what the client did: (group, resource, verb)
+    kube.live.add(name)                      # a RayJob that already exists (a stale one)
 
 RayJob lifecycle: after the create, each GET of the RayJob returns the next of `statuses`
 (the last one repeats); the submitter pod (label job-name=<rayjob>) exists from the second
@@ -37,7 +38,8 @@ class FakeKube:
         on_status: Callable[[dict[str, Any], dict[str, Any]], None] | None = None,
     ) -> None:
         self.statuses, self.log_lines, self.on_status = statuses, log_lines, on_status
-        self.created: dict[str, dict[str, Any]] = {}
+        self.created: dict[str, dict[str, Any]] = {}  # name -> the last manifest POSTed
+        self.live: set[str] = set()  # RayJobs that exist now
         self.deleted: list[str] = []
         self.calls: set[tuple[str, str, str]] = set()  # (apiGroup, resource, verb)
         self.gets = 0
@@ -69,7 +71,7 @@ class FakeKube:
             self.calls.add(("", "pods", "list" if pod is None else "get"))
             (selector,) = query.get("labelSelector", [""])
             job = selector.removeprefix("job-name=")
-            pods = [self._submitter(ns, job)] if job in self.created and self.gets > 1 else []
+            pods = [self._submitter(ns, job)] if job in self.live and self.gets > 1 else []
             return self._model(200, k8s.V1PodList(items=pods))
         return self._status(404, f"no route {method} {path}")
 
@@ -78,13 +80,15 @@ class FakeKube:
         self.calls.add(("ray.io", "rayjobs", verb if name or method != "GET" else "list"))
         if method == "POST":
             name = body["metadata"]["name"]
-            if name in self.created:
+            if name in self.live:
                 return self._status(409, f'rayjobs.ray.io "{name}" already exists')
             self.created[name] = body
+            self.live.add(name)
             return 201, "application/json", json.dumps(body)
-        if name not in self.created or name in self.deleted:
+        if name not in self.live:
             return self._status(404, f'rayjobs.ray.io "{name}" not found')
         if method == "DELETE":
+            self.live.discard(name)
             self.deleted.append(name)
             return self._model(200, k8s.V1Status(status="Success", code=200))
         self.gets += 1

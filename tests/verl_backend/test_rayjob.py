@@ -163,6 +163,18 @@ def test_a_succeeded_rayjob_streams_its_log_and_is_deleted(tmp_path):
     assert streamed == lines[:4]  # each line once, in order, as the submitter printed it
 
 
+def test_a_stale_rayjob_of_an_earlier_attempt_is_replaced(tmp_path):
+    manifest = manifest_for(multinode_cfg(tmp_path))
+    name = manifest["metadata"]["name"]
+    with FakeKube([DONE], ["done"]) as kube:
+        kube.live.add(name)  # left running by a pod that died
+        rayjob.run_rayjob(
+            kube.client(), manifest, settings(), out=io.StringIO(), sleep=lambda s: None
+        )
+    assert kube.deleted == [name, name]  # the stale one, then ours when it ended
+    assert kube.created[name] == manifest
+
+
 @pytest.mark.parametrize("keep", [False, True])
 def test_a_failed_rayjob_fails_with_its_last_lines(tmp_path, keep):
     lines = [f"line {i}" for i in range(60)] + ["ValueError: train_batch_size too large"]
