@@ -90,7 +90,7 @@ def test_compiled_pipeline_fans_out_each_rollout(tmp_path):
     assert gpu["resourceCount"] == "1"  # each shard is its own GPU pod
     assert "accelerator" not in executors["exec-merge-rollouts"]["container"].get("resources", {})
     k8s = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
-    assert k8s["exec-rollout-shard"]["emptyDirMounts"][0]["mountPath"] == "/dev/shm"
+    assert "/dev/shm" in {m["mountPath"] for m in k8s["exec-rollout-shard"]["emptyDirMounts"]}
 
 
 @pytest.fixture
@@ -121,7 +121,7 @@ def test_merged_rollout_equals_a_single_task_rollout(s3_env, tiny_model_dir, tmp
     )
     games = [json.loads(line) for line in (merged / "games.jsonl").read_text().splitlines()]
     assert len(games) == 6 and len({g["init_id"] for g in games}) == 3
-    assert len({tuple(g["transcript"][0]["text"] for g in games)}) > 1  # sampled, not all equal
+    assert len({g["transcript"][0]["text"] for g in games}) > 1  # sampled, not all equal
 
     # the iteration's metrics (MLflow child run) are those of the merged data
     client = connect(cfg.tracking)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -317,3 +318,13 @@ def test_the_compiled_verl_task_mounts_the_shared_volume_and_requests_no_gpu(tmp
     k8s = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-train-verl"]
     mounts = {m["mountPath"]: m["constant"] for m in k8s["pvcMount"]}
     assert mounts[str(tmp_path / "shared")] == "verl-shared"
+
+
+def test_the_ray_cluster_runs_the_images_own_stack():
+    """rayVersion is the GPU image's ray, and that image holds what the RayJob runs: verl with
+    its verl-core extra (TransferQueue) and the kubernetes client the verl task uses."""
+    lock = (Path(__file__).parents[2] / "images" / "requirements-gpu.lock").read_text()
+    pins = dict(re.findall(r"^([a-z0-9_.-]+)==([^ \\]+)", lock, flags=re.M))
+    assert pins["ray"] == rayjob.RAY_VERSION
+    assert pins["verl"] == "0.9.1" and pins["transferqueue"] == "0.1.11"
+    assert "kubernetes" in pins
