@@ -17,9 +17,18 @@ from sparring.pipeline import runs
 from sparring.pipeline.config import PipelineConfig
 from sparring.tracking import ITERATION_TAG, connect, resolve_model_uri
 
-pytestmark = pytest.mark.slow
+# kfp.local's run (shared with test_pipeline_e2e) and 3 backend runs: ~45 task processes.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 SIDE_EFFECTS = ("start", "rollout", "train", "evaluate", "register", "finish")
+
+
+def s3_config(s3_server) -> storage.StorageConfig:
+    return storage.StorageConfig(
+        endpoint_url=s3_server.endpoint_url,
+        access_key_id=s3_server.access_key,
+        secret_access_key=s3_server.secret_key,
+    )
 
 
 def backend(cfg: PipelineConfig, s3_server, tmp_path: Path) -> Backend:
@@ -27,12 +36,8 @@ def backend(cfg: PipelineConfig, s3_server, tmp_path: Path) -> Backend:
     ir = Path(compile_pipeline(cfg, str(tmp_path / "pipeline.yaml")))
     secret = {k: s3_server.env()[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
     pod_env = secret | {"MLFLOW_TRACKING_URI": cfg.tracking.tracking_uri}
-    launcher = storage.StorageConfig(
-        endpoint_url=s3_server.endpoint_url,
-        access_key_id=secret["AWS_ACCESS_KEY_ID"],
-        secret_access_key=secret["AWS_SECRET_ACCESS_KEY"],
-    )
-    return Backend(ir, "s3://sparring/kfp-root", tmp_path / "backend", pod_env, launcher)
+    root = "s3://sparring/kfp-root"
+    return Backend(ir, root, tmp_path / "backend", pod_env, s3_config(s3_server))
 
 
 def versions(client, name: str) -> list:
@@ -120,7 +125,7 @@ def test_every_side_effect_task_retried_once_duplicates_nothing(two_runs):
     assert sorted(m.step for m in history) == [0, 1]  # no duplicate metric points
 
 
-def test_two_runs_with_the_same_display_name_do_not_collide(two_runs):
+def test_two_runs_with_the_same_display_name_do_not_collide(two_runs, s3_server):
     cfg, _, _, a, b, _ = two_runs
     assert b.state == "COMPLETE", _failure(b)
     client = connect(cfg.tracking)
@@ -139,7 +144,7 @@ def test_two_runs_with_the_same_display_name_do_not_collide(two_runs):
     ]
     assert sources == expected
     for uri in sources:  # every version still points at complete, unchanged weights
-        storage.verify(uri, cfg.storage.client_config(), deep=True)
+        storage.verify(uri, s3_config(s3_server), deep=True)
     parents = [runs.find_parent(cfg, client, j) for j in ids]
     assert parents[0].info.run_id != parents[1].info.run_id
     assert {p.data.tags["kfp.run_name"] for p in parents} == {"nightly"}
