@@ -189,6 +189,7 @@ def test_default_install_pieces(chart):
     assert kinds == sorted(
         ["ServiceAccount", "Role", "RoleBinding", "Secret", "ConfigMap", "NetworkPolicy"]
         + ["Deployment", "Service", "PersistentVolumeClaim", "Job", "Pod"]
+        + ["Role", "RoleBinding"]  # rbac.rayJobs: the verl task's RayJob calls
     )
     mlflow = by_kind(docs, "Deployment")[f"{RELEASE}-mlflow"]
     args = mlflow["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -806,6 +807,9 @@ def test_sparring_submit_passes_the_service_account(monkeypatch):
 
         def get_pipeline_id(self, name):
             return "p1"
+
+        def list_pipeline_versions(self, pipeline_id, filter=None):
+            return SimpleNamespace(pipeline_versions=None)  # no version of this content yet
 
         def upload_pipeline_version(self, package, name, pipeline_id):
             return SimpleNamespace(pipeline_version_id="v1")
