@@ -60,6 +60,7 @@ REAL_DEFAULTS = {
     "sft_lr": 5e-4,
     "lr": 1e-4,
     "max_new_tokens": 48,
+    "temperature": 0.7,  # at 1.0 SmolLM2-135M's replies drift into incoherent text
     "mini_batch": 16,
     "micro_batch": 4,
     "lora_rank": 16,
