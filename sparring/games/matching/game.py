@@ -124,7 +124,7 @@ class MatchingGame(Game):
         self._transcript: list[TurnRecord] = []
         self._stats = GameStats([0, 0], [0, 0], [0, 0])
         self._chat = [[{"role": "system", "content": self._system_prompt(s)}] for s in range(2)]
-        self._tell(0, "You move first.")
+        self._tell(0, "You move first. " + self._cue())
 
     @property
     def pending_seats(self) -> list[int]:
@@ -192,6 +192,14 @@ class MatchingGame(Game):
             self._seat = 1 - self._seat
         if self._accepted is not None or self._turn >= self.max_turns:
             self._done = True
+        else:
+            self._tell(self._seat, self._cue())
+
+    def _cue(self) -> str:
+        """The last line of a seat's observation when its turn starts: what it may write now."""
+        if self._proposal is not None:
+            return "Reply with [accept] or [reject]."
+        return "Your turn: write one line that starts with [message] or [propose]."
 
     def _check_legal(self, action: dict[str, Any]) -> str | None:
         pending = self._proposal is not None
@@ -210,7 +218,6 @@ class MatchingGame(Game):
                 self.state["papers"].index(action["assignment"][r]) for r in self.state["reviewers"]
             ]
             self._tell(other, "Partner: " + self.render_proposal(self._proposal))
-            self._tell(other, "Reply with [accept] or [reject].")
         elif kind == "accept":
             self._accepted, self._proposal = self._proposal, None
         else:  # reject: the rejecting seat keeps the turn

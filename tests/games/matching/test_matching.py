@@ -95,7 +95,10 @@ def test_turns_alternate_and_wrong_seat_is_rejected():
     assert not bad.ok and "turn" in bad.error
     assert game.step(0, "[message] hello").ok
     assert game.current_seat == 1
-    assert game.messages(1)[-1]["content"].endswith("Partner: [message] hello")
+    assert (
+        "Partner: [message] hello\nYour turn: write one line that starts with"
+        in game.messages(1)[-1]["content"]
+    )
 
 
 def test_reject_clears_the_proposal_and_the_rejecting_seat_keeps_the_turn():
