@@ -15,6 +15,10 @@ from sparring.cli.options import load_config
     type=click.Path(exists=True, dir_okay=False),
     help="YAML PipelineConfig [default: the embedded configs/pipeline.yaml].",
 )
+@click.option(
+    "--model",
+    help="Initial model: tiny, a named model (smollm2-135m-instruct), a path, s3:// or models:/.",
+)
 @click.option("--iterations", type=int, help="Override the number of iterations.")
 @click.option("--games-per-iteration", type=int, help="Override the self-play games per iteration.")
 @click.option("--run-name", help="Storage folder and MLflow run name [default: <name>-<time>].")
@@ -26,12 +30,12 @@ from sparring.cli.options import load_config
     help="Local folder for the MLflow db, local S3 data, KFP outputs and logs.",
 )
 @click.option("-v", "--verbose", is_flag=True, help="Show every task's full log.")
-def command(config, iterations, games_per_iteration, run_name, workdir, verbose) -> None:
+def command(config, model, iterations, games_per_iteration, run_name, workdir, verbose) -> None:
     """Run the iterative self-play pipeline on this machine and print a summary.
 
-    With no flags: the tiny model, warm-started by SFT on scripted games, 2 iterations of
-    k=3 matching, MLflow on sqlite in WORKDIR/mlflow.db and a local SeaweedFS S3 server
-    (started on 127.0.0.1, stopped on exit). Set storage/tracking in the config (or the AWS_*
+    With no flags: the embedded default (configs/pipeline.yaml: the tiny model, warm-started
+    by SFT on scripted games, then self-play GRPO iterations), a local MLflow server and a
+    local SeaweedFS S3 server (started on 127.0.0.1, stopped on exit). Set storage/tracking in the config (or the AWS_*
     / MLFLOW_TRACKING_URI variables) to use real services instead.
     """
     from sparring.pipeline.config import DEFAULT_CONFIG, PipelineConfig
@@ -39,6 +43,7 @@ def command(config, iterations, games_per_iteration, run_name, workdir, verbose)
     from sparring.pipeline.stop import Stopped
 
     overrides = {
+        "model": model,
         "iterations": iterations,
         "games_per_iteration": games_per_iteration,
         "run_name": run_name,
