@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from types import TracebackType
 
 import requests
 
+from sparring.dev.process import LocalServer, terminate
 from sparring.dev.s3server import free_ports
 
 ARTIFACT_ROOT = "mlflow-artifacts:/mlflow"  # run and logged-model artifacts, under destination
@@ -38,7 +37,7 @@ class MlflowServerError(RuntimeError):
     """The local MLflow server did not start."""
 
 
-class MlflowServer:
+class MlflowServer(LocalServer):
     """`mlflow server` on sqlite with `--serve-artifacts` to `destination` (s3:// or a path).
 
     `env` adds to the server's environment, e.g. the S3 endpoint and credentials
@@ -117,22 +116,5 @@ class MlflowServer:
 
     def stop(self, grace: float = 15.0) -> None:
         """SIGTERM the server's process group, then SIGKILL after `grace` seconds."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-
-    def __enter__(self) -> MlflowServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+        if self.proc is not None:
+            terminate(self.proc, grace, group=True)

@@ -14,18 +14,18 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
+
+from sparring.dev.process import LocalServer, terminate
 
 REGION = "us-east-1"
 
@@ -64,7 +64,7 @@ def free_ports(n: int, grpc_offset_free: bool = False) -> list[int]:
     return ports
 
 
-class S3Server:
+class S3Server(LocalServer):
     """A SeaweedFS S3 server on 127.0.0.1, started with `start()` or as a context manager.
 
     Args:
@@ -160,29 +160,13 @@ class S3Server:
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM, wait up to `grace` seconds, then SIGKILL; delete the temp folder we made."""
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(grace)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        if proc is not None:
+            terminate(proc, grace)
         for port in self._ports:  # weed leaves its unix sockets in the temp folder
             for sock in Path(tempfile.gettempdir()).glob(f"seaweedfs-*-{port}.sock"):
                 sock.unlink(missing_ok=True)
         if self._own_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
-
-    def __enter__(self) -> S3Server:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- internals --------------------------------------------------------------------------
 
