@@ -6,6 +6,7 @@ import json
 
 import pandas as pd
 import pytest
+from sample_frames import mask_spans
 from transformers import AutoTokenizer
 
 from sparring.game_init import GameInitConfig, write_inits
@@ -40,17 +41,6 @@ def config(**kw) -> RolloutConfig:
 @pytest.fixture(scope="module")
 def result(inits, backend):
     return play(inits, {"policy": backend}, config(), progress=False)
-
-
-def mask_spans(mask: list[int]) -> list[tuple[int, int]]:
-    spans, start = [], None
-    for i, m in enumerate([*mask, 0]):
-        if m and start is None:
-            start = i
-        elif not m and start is not None:
-            spans.append((start, i))
-            start = None
-    return spans
 
 
 def test_all_games_finish_with_one_generate_call_per_step(result):

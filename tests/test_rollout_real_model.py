@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from sample_frames import mask_spans
 
 from sparring.game_init import GameInitConfig, write_inits
 from sparring.generation.base import SamplingParams
@@ -27,17 +28,6 @@ def rollout(smollm2_dir, tmp_path_factory):
     policies = build_policies(cfg.game, model, None, device="cpu")
     result = play(inits, policies, cfg, progress=False)
     return result, policies["policy"], write_outputs(result, out / "rollout")
-
-
-def mask_spans(mask: list[int]) -> list[tuple[int, int]]:
-    spans, start = [], None
-    for i, m in enumerate([*mask, 0]):
-        if m and start is None:
-            start = i
-        elif not m and start is not None:
-            spans.append((start, i))
-            start = None
-    return spans
 
 
 def test_smollm2_rollout_writes_valid_samples(rollout):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from sample_frames import mask_spans
 from tokenizers import Regex, pre_tokenizers
 from transformers import AutoTokenizer
 
@@ -70,17 +71,6 @@ def play(tok, replies, generated: list[list[int]] | None = None):
         trace.reply(messages, None if generated is None else generated[i])
         messages = [*messages, {"role": "user", "content": "Partner: [reject]\n\nYour turn."}]
     return trace, messages[:-1]
-
-
-def mask_spans(mask: list[int]) -> list[tuple[int, int]]:
-    spans, start = [], None
-    for i, m in enumerate([*mask, 0]):
-        if m and start is None:
-            start = i
-        elif not m and start is not None:
-            spans.append((start, i))
-            start = None
-    return spans
 
 
 @pytest.mark.parametrize("family", ["smollm2", "qwen2.5", "llama3"])
