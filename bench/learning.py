@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 from sparring import recipe
 from sparring.evaluate import EvalConfig, evaluate
 from sparring.game_init import GameInitConfig, write_inits
@@ -69,16 +71,17 @@ REAL_DEFAULTS = {
 
 
 def val_metrics(
-    backend: HFBackend, val: Path, game: GameSpec, sampling: SamplingParams
-) -> dict[str, float]:
-    """Self-play on the val states, sampled (`sampling`) and greedy."""
-    out = {}
-    for name, params in (
-        ("", sampling),
-        ("greedy_", sampling.model_copy(update={"temperature": 0.0})),
-    ):
+    backend: HFBackend, val: Path, game: GameSpec, sampling: SamplingParams, greedy: bool
+) -> dict:
+    """Self-play on the val states, sampled (`sampling`) and, with `greedy`, greedy. Keeps the
+    sampled reward of every val state (`rewards`) for the paired standard error of the gain."""
+    out: dict = {}
+    modes = [("", sampling)]
+    if greedy:
+        modes.append(("greedy_", sampling.model_copy(update={"temperature": 0.0})))
+    for name, params in modes:
         cfg = EvalConfig(rollout=RolloutConfig(game=game, sampling=params), modes=["selfplay"])
-        m, _ = evaluate(backend, val, cfg, progress=False)
+        m, episodes = evaluate(backend, val, cfg, progress=False)
         a = "eval/selfplay/player_a/"
         out |= {
             f"{name}reward": m["eval/selfplay/all/normalized_reward"],
@@ -86,7 +89,17 @@ def val_metrics(
             f"{name}agreement": m[a + "agreement_rate"],
             f"{name}invalid": m[a + "invalid_rate"],
         }
+        if not name:
+            out["rewards"] = [float(np.mean(e.rewards)) for e in episodes["selfplay"]]
     return out
+
+
+def paired_gain(start: dict, end: dict) -> tuple[float, float]:
+    """Mean and standard error of the per-val-state change in sampled reward (same states,
+    same sampling seeds: the pairing removes the states' own difficulty from the error)."""
+    diff = np.array(end["rewards"]) - np.array(start["rewards"])
+    se = diff.std(ddof=1) / np.sqrt(len(diff)) if len(diff) > 1 else float("nan")
+    return float(diff.mean()), float(se)
 
 
 def warm_start(
@@ -121,6 +134,8 @@ def plot(curve: list[dict], path: Path, title: str) -> None:
     x = [c["iteration"] for c in curve]
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
     for prefix, label, style in (("", "sampled", "o-"), ("greedy_", "greedy", "s--")):
+        if prefix + "reward" not in curve[0]:
+            continue
         ax.errorbar(
             x,
             [c[prefix + "reward"] for c in curve],
@@ -148,6 +163,7 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=6)
     ap.add_argument("--k", type=int, default=3, help="table size")
     ap.add_argument("--max-turns", type=int, default=8)
+    ap.add_argument("--max-retries", type=int, default=2, help="retries of an invalid action")
     ap.add_argument("--random-names", action="store_true", help="dialop's random names (harder)")
     ap.add_argument("--train-states", type=int, default=24, help="states per rollout")
     ap.add_argument("--games-per-init", type=int, default=8, help="GRPO group size (key: init)")
@@ -166,6 +182,12 @@ def main() -> None:
         "--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=False
     )
     ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument(
+        "--greedy",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also evaluate greedily (doubles evaluation time)",
+    )
     ap.add_argument(
         "--invalid-penalty",
         type=float,
@@ -192,9 +214,15 @@ def main() -> None:
 
     t_start = time.perf_counter()
     work = Path(args.out or tempfile.mkdtemp(prefix="sparring-learning-"))
-    rules = {"k": args.k, "max_turns": args.max_turns, "random_names": args.random_names}
+    rules = {
+        "k": args.k,
+        "max_turns": args.max_turns,
+        "max_retries": args.max_retries,
+        "random_names": args.random_names,
+    }
     game = GameSpec(name="matching", params=rules)
     sampling = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
+    evals = (sampling, args.greedy)
     # 1. seeded states (the train split covers SFT and every rollout, disjointly), the model
     n_train = args.sft_states + args.iterations * args.train_states
     inits = write_inits(
@@ -207,9 +235,14 @@ def main() -> None:
     curve: list[dict] = []
 
     def report(row: dict) -> None:
+        greedy = (
+            f" (greedy {row['greedy_reward']:.3f} ± {row['greedy_reward_se']:.3f})"
+            if args.greedy
+            else ""
+        )
         print(
-            f"iter {row['iteration']}: val {row['reward']:.3f} ± {row['reward_se']:.3f} (greedy "
-            f"{row['greedy_reward']:.3f} ± {row['greedy_reward_se']:.3f})  agreement {row['agreement']:.2f}  "
+            f"iter {row['iteration']}: val {row['reward']:.3f} ± {row['reward_se']:.3f}{greedy}"
+            f"  agreement {row['agreement']:.2f}  "
             f"invalid {row['invalid']:.2f}  rollout {row.get('rollout_reward', float('nan')):.3f}  "
             f"zero-std groups {row.get('zero_std_groups', float('nan')):.2f}  clipfrac "
             f"{row.get('clipfrac', float('nan')):.3f}  ppo_kl {row.get('ppo_kl', float('nan')):.4f}  "
@@ -219,15 +252,15 @@ def main() -> None:
 
     warm = bool(args.warm_model or args.sft_states)
     backend = HFBackend(model, device="cpu")  # the current policy: evaluated, then played
-    if warm and args.model != "tiny" and not args.warm_model:  # zero-shot, before the warm start
-        curve.append({"iteration": -1, **val_metrics(backend, inits["val"], game, sampling)})
+    if warm and args.model != "tiny":  # zero-shot: the base model, before the warm start
+        curve.append({"iteration": -1, **val_metrics(backend, inits["val"], game, *evals)})
         report(curve[-1])
     if warm:  # 2. the warm start
         model = args.warm_model or warm_start(
             model, train_states[: args.sft_states], game, args, work
         )
         backend = HFBackend(model, device="cpu")
-    curve.append({"iteration": 0, **val_metrics(backend, inits["val"], game, sampling)})
+    curve.append({"iteration": 0, **val_metrics(backend, inits["val"], game, *evals)})
     report(curve[-1])
     # 3. self-play -> GRPO -> eval
     tcfg = GRPOConfig(
@@ -266,7 +299,7 @@ def main() -> None:
                 "entropy": m.get("train/entropy", float("nan")),
             }
         backend = HFBackend(model, device="cpu")
-        row |= val_metrics(backend, inits["val"], game, sampling)
+        row |= val_metrics(backend, inits["val"], game, *evals)
         curve.append(row)
         report(row)
     (work / "learning.json").write_text(json.dumps({"args": vars(args), "curve": curve}, indent=2))
@@ -275,8 +308,10 @@ def main() -> None:
     plot(curve, work / "learning.png", title)
     print(f"curve and plot: {work / 'learning.json'}, {work / 'learning.png'}")
     start = next(row for row in curve if row["iteration"] == 0)  # where GRPO began
+    gain, se = paired_gain(start, curve[-1])
+    print(f"gain {gain:+.3f} ± {se:.3f} (paired s.e. over {len(start['rewards'])} val states)")
     name = "learning_gain" if args.model == "tiny" else "real_learning_gain"
-    print(f"RESULT {name} {curve[-1]['reward'] - start['reward']:.3f}")
+    print(f"RESULT {name} {gain:.3f}")
 
 
 if __name__ == "__main__":

@@ -115,6 +115,10 @@ def test_learning_bench(tmp_path):
     assert name == "learning_gain" and abs(float(value)) <= 1
     curve = json.loads((tmp_path / "learning.json").read_text())["curve"]
     assert [row["iteration"] for row in curve] == [0, 1]
+    assert all(len(row["rewards"]) == 4 for row in curve)  # per val state: the paired s.e.
+    gain = sum(curve[1]["rewards"]) / 4 - sum(curve[0]["rewards"]) / 4
+    assert abs(gain - (curve[1]["reward"] - curve[0]["reward"])) < 1e-9
+    assert abs(float(value) - gain) <= 5e-4 + 1e-9  # printed to 3 decimals
     assert (tmp_path / "learning.png").stat().st_size > 1000
 
 
