@@ -47,26 +47,29 @@ from sparring.sft import SFTConfig
 from sparring.tiny_model import init_tiny
 from sparring.train import GRPOConfig
 
-# `--model` other than tiny: sized for a 135M model on 2 idle CPU cores (~60 min estimated:
-# ~4 min per evaluation, ~6 per GRPO iteration, ~6 for the warm start). LoRA: a cheaper
-# backward, no full AdamW state, and the lr of an adapter; no checkpointing, since activations
-# of 4 x ~500 tokens fit easily in CPU memory and recomputing them costs a third more.
+# `--model` other than tiny: sized for a 135M model on 2 idle CPU cores (~75 min: ~10 min for
+# the zero-shot evaluation, whose failed games run every turn; ~3 min for the warm start and for
+# each evaluation; ~7 min per GRPO iteration). A deliberately short warm start (one epoch,
+# 6 steps): it teaches the protocol, and two epochs already imitate the teacher (docs/results.md).
+# LoRA: a cheaper backward, no full AdamW state. Sampled evaluation only (greedy doubles it).
 REAL_DEFAULTS = {
-    "iterations": 4,
+    "iterations": 6,
     "max_turns": 6,
-    "train_states": 8,
-    "games_per_init": 4,
-    "val_states": 32,
+    "max_retries": 1,
+    "train_states": 12,
+    "games_per_init": 8,
+    "val_states": 128,
     "sft_states": 48,
     "sft_epochs": 1,
-    "sft_lr": 5e-4,
-    "lr": 1e-4,
+    "sft_lr": 1e-3,
+    "lr": 2e-4,
     "max_new_tokens": 48,
     "temperature": 0.7,  # at 1.0 SmolLM2-135M's replies drift into incoherent text
-    "mini_batch": 16,
+    "mini_batch": 32,
     "micro_batch": 4,
     "lora_rank": 16,
     "gradient_checkpointing": False,
+    "greedy": False,
 }
 
 
