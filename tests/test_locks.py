@@ -91,12 +91,18 @@ def test_every_pin_is_exact_and_hashed(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_the_project_accepts_the_locked_stack(name):
-    """pyproject.toml's dependencies (torch, transformers, verl, ...) hold in every image."""
+    """pyproject.toml's dependencies (torch, transformers, verl, ...) and the image extras
+    (gguf, textarena) hold in every image; the AGPL extra only in the -diplomacy ones."""
     lock = pins(name)
     env = image_env(LOCK.IMAGES_BY_NAME[name])
     assert unmet(PYPROJECT["project"]["dependencies"], lock, env) == []
+    extras = PYPROJECT["project"]["optional-dependencies"]
     if name.endswith("-diplomacy"):
-        assert unmet(PYPROJECT["project"]["optional-dependencies"]["diplomacy"], lock, env) == []
+        assert unmet(extras["diplomacy"], lock, env) == []
+    # every image converts the named real models (gguf) and plays TextArena's games
+    assert set(LOCK.EXTRAS) == {"gguf", "textarena"}
+    for extra in LOCK.EXTRAS:
+        assert extras[extra] and unmet(extras[extra], lock, env) == [], extra
 
 
 @pytest.mark.parametrize("name", NAMES)

