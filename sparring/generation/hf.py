@@ -15,6 +15,9 @@ A call runs in two phases:
 - decode, the whole batch at once: each row's prompt keys and values, left-padded, in one
   preallocated `StaticCache` (written in place; a growing cache re-copies every step, which
   dominated CPU decode time), one token per row per forward.
+On CPU the model attends with `attention.sdpa_gqa`: grouped-query attention that shares the
+key/value heads instead of copying them per query head (transformers copies them whenever a
+mask is passed, and these batches always have one).
 
 Prefill is compute-bound and gains nothing from huge batches; decoding is where batching
 pays. Sampling applies transformers' temperature / top-p logits warpers, then draws by
@@ -32,6 +35,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, Stat
 from transformers.cache_utils import Cache
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
+from sparring.generation import attention
 from sparring.generation.base import Completion, GenerationBackend, SamplingParams, row_seeds
 from sparring.generation.stops import trim_reply, turn_stop_ids, until_stop
 
@@ -60,9 +64,13 @@ class HFBackend(GenerationBackend):
         min_shared_prefix: int = 32,
     ) -> None:
         self.device = pick_device(device)
-        dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
+        self.model = AutoModelForCausalLM.from_pretrained(
+            model_path,
+            dtype=torch.bfloat16 if self.device.type == "cuda" else torch.float32,
+            # GQA without copies (sparring.generation.attention)
+            attn_implementation=attention.register() if self.device.type == "cpu" else None,
+        )
         self.model.to(self.device).eval()
         self.max_batch_size = max_batch_size
         self.max_cached_tokens = max_cached_tokens

@@ -34,7 +34,7 @@ class TinyModelConfig(BaseModel):
     num_layers: int = Field(4, ge=1)
     num_heads: int = Field(4, ge=1)
     num_kv_heads: int = Field(4, ge=1)
-    """= num_heads (plain multi-head attention): on CPU, grouped KV heads cost a copy per step."""
+    """< num_heads: grouped-query attention (the default, = num_heads, is plain multi-head)."""
     intermediate_size: int = Field(512, ge=16)
     max_positions: int = Field(4096, ge=256)
     seed: int = 0
