@@ -206,6 +206,12 @@ def main() -> None:
     ap.add_argument("--group-key", default="init")
     ap.add_argument("--max-new-tokens", type=int, default=40)
     ap.add_argument(
+        "--zero-shot",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="a real model: evaluate it before the warm start too (its failed games are long)",
+    )
+    ap.add_argument(
         "--warm-model",
         help="skip the warm start: use this SFT checkpoint (e.g. OUT/iter-0 "
         "of an earlier run with the same state arguments) to tune the RL settings",
@@ -237,7 +243,14 @@ def main() -> None:
     model = str(init_tiny(work / "tiny")) if args.model == "tiny" else resolve_model(args.model)
     curve: list[dict] = []
 
+    names = "random names" if args.random_names else "fixed names"
+    title = f"self-play GRPO, matching k={args.k} ({names}), {args.model} model"
+
     def report(row: dict) -> None:
+        """Print the row; rewrite learning.json and the plot (a stopped run keeps its curve)."""
+        curve.append(row)
+        (work / "learning.json").write_text(json.dumps({"args": vars(args), "curve": curve}))
+        plot(curve, work / "learning.png", title)
         greedy = (
             f" (greedy {row['greedy_reward']:.3f} ± {row['greedy_reward_se']:.3f})"
             if args.greedy
@@ -255,16 +268,14 @@ def main() -> None:
 
     warm = bool(args.warm_model or args.sft_states)
     backend = HFBackend(model, device="cpu")  # the current policy: evaluated, then played
-    if warm and args.model != "tiny":  # zero-shot: the base model, before the warm start
-        curve.append({"iteration": -1, **val_metrics(backend, inits["val"], game, *evals)})
-        report(curve[-1])
+    if warm and args.model != "tiny" and args.zero_shot:  # the base model, before the warm start
+        report({"iteration": -1, **val_metrics(backend, inits["val"], game, *evals)})
     if warm:  # 2. the warm start
         model = args.warm_model or warm_start(
             model, train_states[: args.sft_states], game, args, work
         )
         backend = HFBackend(model, device="cpu")
-    curve.append({"iteration": 0, **val_metrics(backend, inits["val"], game, *evals)})
-    report(curve[-1])
+    report({"iteration": 0, **val_metrics(backend, inits["val"], game, *evals)})
     # 3. self-play -> GRPO -> eval
     tcfg = GRPOConfig(
         group_key=args.group_key,
@@ -302,13 +313,7 @@ def main() -> None:
                 "entropy": m.get("train/entropy", float("nan")),
             }
         backend = HFBackend(model, device="cpu")
-        row |= val_metrics(backend, inits["val"], game, *evals)
-        curve.append(row)
-        report(row)
-    (work / "learning.json").write_text(json.dumps({"args": vars(args), "curve": curve}, indent=2))
-    names = "random names" if args.random_names else "fixed names"
-    title = f"self-play GRPO, matching k={args.k} ({names}), {args.model} model"
-    plot(curve, work / "learning.png", title)
+        report(row | val_metrics(backend, inits["val"], game, *evals))
     print(f"curve and plot: {work / 'learning.json'}, {work / 'learning.png'}")
     start = next(row for row in curve if row["iteration"] == 0)  # where GRPO began
     gain, se = paired_gain(start, curve[-1])
