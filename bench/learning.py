@@ -47,13 +47,14 @@ from sparring.sft import SFTConfig
 from sparring.tiny_model import init_tiny
 from sparring.train import GRPOConfig
 
-# `--model` other than tiny: sized for a 135M model on 2 idle CPU cores (~75 min: ~10 min for
-# the zero-shot evaluation, whose failed games run every turn; ~3 min for the warm start and for
-# each evaluation; ~7 min per GRPO iteration). A deliberately short warm start (one epoch,
-# 6 steps): it teaches the protocol, and two epochs already imitate the teacher (docs/results.md).
-# LoRA: a cheaper backward, no full AdamW state. Sampled evaluation only (greedy doubles it).
+# `--model` other than tiny: sized for a 135M model on 2 idle CPU cores (~75 min, measured
+# phase by phase: the zero-shot evaluation <= 24 min, as its failed games run every turn; the
+# warm start ~5; each evaluation ~6; each GRPO iteration ~15, rollout and update). A
+# deliberately short warm start (one epoch, 6 steps) teaches the protocol; two epochs already
+# imitate the teacher (docs/results.md). LoRA: a cheaper backward, no full AdamW state.
+# Sampled evaluation only (greedy doubles it).
 REAL_DEFAULTS = {
-    "iterations": 6,
+    "iterations": 2,
     "max_turns": 6,
     "max_retries": 1,
     "train_states": 12,

@@ -20,7 +20,8 @@ for the last position only, so it slightly overstates the work actually done.
 With a CUDA GPU (`torch.cuda.is_available()`) it measures the GPU throughput instead, for the
 documented model config (configs/pipeline-gpu.yaml: its model, game params,
 rollout.max_batch_size and max_new_tokens, 512 games unless flags say otherwise), batched only
-(`--baseline` adds the game-by-game loop and its speedup line), and ends with
+(`--baseline` adds the game-by-game loop and its speedup line; `--no-baseline` drops it on
+CPU), and ends with
 `RESULT rollout_tokens_per_s <generated tokens per second>`.
 """
 
@@ -111,7 +112,11 @@ def main() -> None:
     ap.add_argument("--model", help="checkpoint (CPU: a fresh tiny model; GPU: the config's)")
     ap.add_argument("--backend", choices=BACKENDS, default="hf", help="generation engine")
     ap.add_argument("--base-url", help="openai backend: the server root, e.g. http://host:30000")
-    ap.add_argument("--baseline", action="store_true", help="GPU: also run the game-by-game loop")
+    ap.add_argument(
+        "--baseline",
+        action=argparse.BooleanOptionalAction,
+        help="run the game-by-game loop too (default: on CPU yes, on a GPU no)",
+    )
     args = ap.parse_args()
 
     gpu = torch.cuda.is_available()
@@ -180,7 +185,7 @@ def main() -> None:
         )
         print(f"RESULT rollout_flop_util {flop / result.seconds / peak:.3f}")
 
-    if not gpu or args.baseline:
+    if args.baseline if args.baseline is not None else not gpu:
         reset()
         t0, c0 = time.perf_counter(), time.process_time()
         calls = sequential(backend, inits, game_params, sampling)
