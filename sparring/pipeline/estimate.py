@@ -1,7 +1,8 @@
 """How long `sparring run` should take: a rough wall-time estimate printed at the start.
 
-Only for the tiny model on CPU, where the costs per unit below were measured (the embedded
-default on 2 CPU cores, docs/results.md, issue 17); a real model or a GPU gets no estimate.
+Only for the tiny model on CPU, where the costs per unit below were measured (per-task times
+of one `make run` on 2 idle CPU cores, 6:59 wall, docs/results.md); a real model or a GPU gets
+no estimate.
 The rollout and eval costs are per game at the default's per-turn budget (`max_new_tokens`
 times `max_turns`) and scale with it; a policy that ends its games early is faster.
 """
@@ -10,11 +11,11 @@ from __future__ import annotations
 
 from sparring.pipeline.config import PipelineConfig
 
-TASK_SECONDS = 8.0  # one task's start-up: process, imports, S3 transfers, MLflow
-SFT_SECONDS = 0.15  # per warm-start state and epoch (scripted play and the SFT pass)
-ROLLOUT_SECONDS = 0.23  # per self-play game
-TRAIN_SECONDS = 0.23  # per self-play game: the GRPO update on its samples
-EVAL_SECONDS = 0.23  # per eval game
+TASK_SECONDS = 4.5  # one task's start-up: process, imports, S3 transfers, MLflow
+SFT_SECONDS = 0.085  # per warm-start state and epoch (scripted play and the SFT pass)
+ROLLOUT_SECONDS = 0.115  # per self-play game
+TRAIN_SECONDS = 0.27  # per self-play game: the GRPO update on its samples
+EVAL_SECONDS = 0.06  # per eval game (the warm-started policy ends most games early)
 BUDGET = 40 * 8  # max_new_tokens x max_turns the per-game costs were measured at
 
 
