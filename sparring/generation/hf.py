@@ -59,7 +59,7 @@ class HFBackend(GenerationBackend):
         model_path: str,
         device: str = "auto",
         max_batch_size: int = 64,
-        max_cached_tokens: int = 1_000_000,
+        max_cached_bytes: int = 8 * 2**30,
         prefill_tokens: int | None = None,
         min_shared_prefix: int = 32,
     ) -> None:
@@ -73,8 +73,10 @@ class HFBackend(GenerationBackend):
         )
         self.model.to(self.device).eval()
         self.max_batch_size = max_batch_size
-        self.max_cached_tokens = max_cached_tokens
-        """Cap on tokens kept across sessions; least recently used sessions go first."""
+        self.token_bytes = _kv_bytes_per_token(self.model)
+        self.max_cached_tokens = max_cached_bytes // self.token_bytes
+        """Cap on tokens kept across sessions (`max_cached_bytes` of keys and values: 186k
+        tokens for SmolLM2-135M in fp32); least recently used sessions go first."""
         self.prefill_tokens = prefill_tokens or (4096 if self.device.type == "cpu" else 65536)
         """Padded tokens per prefill forward (see `_prefill`)."""
         self.min_shared_prefix = min_shared_prefix
@@ -371,6 +373,15 @@ def _row_kv(cache: Cache, row: int, spans: list[tuple[int, int]]) -> KV:
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
     return [(take(layer.keys), take(layer.values)) for layer in cache.layers]
+
+
+def _kv_bytes_per_token(model: torch.nn.Module) -> int:
+    """Bytes of keys and values one cached token takes, over all layers."""
+    cfg = model.config.get_text_config()
+    heads = cfg.num_attention_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+    return 2 * cfg.num_hidden_layers * kv_heads * head_dim * model.dtype.itemsize
 
 
 def _as_list(x: int | list[int] | None) -> list[int | None]:

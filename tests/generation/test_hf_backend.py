@@ -177,3 +177,22 @@ def test_shared_prefixes_are_prefilled_once(sharp_model, tokenizer, reference):
     unshared = HFBackend(sharp_model, device="cpu", min_shared_prefix=10**6)
     assert [c.token_ids for c in unshared.generate(prompts, GREEDY)] == got
     assert unshared.prefilled_tokens == sum(map(len, prompts))
+
+
+def test_the_session_cache_is_capped_in_bytes(sharp_model, prompts):
+    """Sessions beyond `max_cached_bytes` of keys and values are dropped, oldest first."""
+    full = HFBackend(sharp_model, device="cpu")
+    sessions = [f"s/{i}" for i in range(len(prompts))]
+    full.generate(prompts, GREEDY, sessions)
+    ids, kv = full._sessions[sessions[-1]]
+    assert full.token_bytes == sum(k.nbytes + v.nbytes for k, v in kv) // len(ids)
+    room = max(len(ids) for ids, _ in full._sessions.values())  # the largest session fits
+    small = HFBackend(sharp_model, device="cpu", max_cached_bytes=room * full.token_bytes)
+    small.generate(prompts, GREEDY, sessions)
+    kept = list(small._sessions)
+    assert kept and kept == sessions[len(sessions) - len(kept) :]  # the most recent ones
+    assert (
+        sum(len(ids) for ids, _ in small._sessions.values())
+        <= room
+        < sum(len(ids) for ids, _ in full._sessions.values())
+    )
