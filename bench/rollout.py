@@ -185,7 +185,7 @@ def main() -> None:
         )
         print(f"RESULT rollout_flop_util {flop / result.seconds / peak:.3f}")
 
-    if args.baseline if args.baseline is not None else not gpu:
+    if not gpu if args.baseline is None else args.baseline:
         reset()
         t0, c0 = time.perf_counter(), time.process_time()
         calls = sequential(backend, inits, game_params, sampling)

@@ -5,7 +5,7 @@ transformers' `sdpa` attention repeats each key/value head for its group of quer
 (rows are left-padded). For SmolLM2-135M (9 query heads, 3 key/value heads) at batch 64 and
 1,500 cached tokens that copy is ~0.45 GB per layer per decoded token, and one layer's
 attention took 7x as long as the same SDPA call with `enable_gqa=True`, which torch's CPU
-kernels run with a mask (docs/results.md). transformers takes that path only without a mask,
+kernels run with a mask (docs/training.md, "Rollout efficiency"). transformers takes that path only without a mask,
 because on CUDA a mask sends GQA to the slow math kernel; so the engine registers this variant
 under its own name and uses it on CPU only.
 """
