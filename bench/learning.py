@@ -59,7 +59,9 @@ REAL_DEFAULTS = {
     "max_retries": 1,
     "train_states": 12,
     "games_per_init": 8,
-    "val_states": 128,
+    "val_states": 256,
+    "zero_shot_states": 64,
+    "max_live_games": 64,
     "sft_states": 48,
     "sft_epochs": 1,
     "sft_lr": 1e-3,
@@ -75,16 +77,25 @@ REAL_DEFAULTS = {
 
 
 def val_metrics(
-    backend: HFBackend, val: Path, game: GameSpec, sampling: SamplingParams, greedy: bool
+    backend: HFBackend,
+    val: Path,
+    rollout: RolloutConfig,
+    greedy: bool,
+    states: int | None = None,
 ) -> dict:
-    """Self-play on the val states, sampled (`sampling`) and, with `greedy`, greedy. Keeps the
-    sampled reward of every val state (`rewards`) for the paired standard error of the gain."""
+    """Self-play on the first `states` val states (None = all), sampled (`rollout.sampling`)
+    and, with `greedy`, greedy. Keeps the sampled reward of every val state (`rewards`) for
+    the paired standard error of the gain."""
     out: dict = {}
-    modes = [("", sampling)]
+    modes = [("", rollout.sampling)]
     if greedy:
-        modes.append(("greedy_", sampling.model_copy(update={"temperature": 0.0})))
+        modes.append(("greedy_", rollout.sampling.model_copy(update={"temperature": 0.0})))
     for name, params in modes:
-        cfg = EvalConfig(rollout=RolloutConfig(game=game, sampling=params), modes=["selfplay"])
+        cfg = EvalConfig(
+            rollout=rollout.model_copy(update={"sampling": params}),
+            modes=["selfplay"],
+            num_games=states,
+        )
         m, episodes = evaluate(backend, val, cfg, progress=False)
         a = "eval/selfplay/player_a/"
         out |= {
@@ -174,6 +185,16 @@ def main() -> None:
     ap.add_argument("--games-per-init", type=int, default=8, help="GRPO group size (key: init)")
     ap.add_argument("--val-states", type=int, default=128)
     ap.add_argument(
+        "--zero-shot-states",
+        type=int,
+        help="val states of the zero-shot evaluation (default: all; it is not part of the gain)",
+    )
+    ap.add_argument(
+        "--max-live-games",
+        type=int,
+        help="games in flight at once (default: all); bounds the engine's KV cache",
+    )
+    ap.add_argument(
         "--sft-states", type=int, default=600, help="scripted games for the warm start (0 = none)"
     )
     ap.add_argument("--sft-epochs", type=int, default=3)
@@ -233,7 +254,8 @@ def main() -> None:
     }
     game = GameSpec(name="matching", params=rules)
     sampling = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
-    evals = (sampling, args.greedy)
+    evals = (RolloutConfig(game=game, sampling=sampling, max_live_games=args.max_live_games),)
+    evals += (args.greedy,)
     # 1. seeded states (the train split covers SFT and every rollout, disjointly), the model
     n_train = args.sft_states + args.iterations * args.train_states
     inits = write_inits(
@@ -271,13 +293,14 @@ def main() -> None:
     warm = bool(args.warm_model or args.sft_states)
     backend = HFBackend(model, device="cpu")  # the current policy: evaluated, then played
     if warm and args.model != "tiny" and args.zero_shot:  # the base model, before the warm start
-        report({"iteration": -1, **val_metrics(backend, inits["val"], game, *evals)})
+        zero_shot = val_metrics(backend, inits["val"], *evals, args.zero_shot_states)
+        report({"iteration": -1, **zero_shot})
     if warm:  # 2. the warm start
         model = args.warm_model or warm_start(
             model, train_states[: args.sft_states], game, args, work
         )
         backend = HFBackend(model, device="cpu")
-    report({"iteration": 0, **val_metrics(backend, inits["val"], game, *evals)})
+    report({"iteration": 0, **val_metrics(backend, inits["val"], *evals)})
     # 3. self-play -> GRPO -> eval
     tcfg = GRPOConfig(
         group_key=args.group_key,
@@ -295,6 +318,7 @@ def main() -> None:
             game=GameSpec(name="matching", params=shaped),
             games_per_init=args.games_per_init,
             sampling=sampling.model_copy(update={"seed": 1000 + it}),
+            max_live_games=args.max_live_games,
         )
         states = recipe.rotate(train_states[args.sft_states :], it - 1, args.train_states)
         played = recipe.self_play(states, {"policy": backend}, rcfg, work / f"iter-{it}/rollout")
@@ -315,7 +339,7 @@ def main() -> None:
                 "entropy": m.get("train/entropy", float("nan")),
             }
         backend = HFBackend(model, device="cpu")
-        report(row | val_metrics(backend, inits["val"], game, *evals))
+        report(row | val_metrics(backend, inits["val"], *evals))
     print(f"curve and plot: {work / 'learning.json'}, {work / 'learning.png'}")
     start = next(row for row in curve if row["iteration"] == 0)  # where GRPO began
     gain, se = paired_gain(start, curve[-1])

@@ -3,9 +3,11 @@
     sparring rollout --model runs/tiny --inits runs/inits/train.parquet --out runs/rollout
 
 Each initial state is played `games_per_init` times (GRPO's group size). All games advance
-together: at each step, the pending turns of every game are grouped by the policy that plays
-that seat, and each model policy answers all of its turns in ONE batched `generate` call.
-Scripted seats answer inline. Outputs:
+together (at most `max_live_games` at once; a finished game's place goes to the next): at each
+step, the pending turns of every live game are grouped by the policy that plays that seat, and
+each model policy answers all of its turns in ONE batched `generate` call. Scripted seats answer
+inline. A game's sampling seeds follow its own step count, so its draws do not depend on when
+it started or on which games share its batches. Outputs:
     games.jsonl       one line per game: transcript, actions, errors, turns, seed, rewards
     samples.parquet   one row per (game, seat) played by a model (schema: sparring.samples)
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +26,7 @@ from pydantic import BaseModel, Field, model_validator
 from tqdm.auto import tqdm
 
 from sparring.games import Agent, Game, GameSpec, game_class
-from sparring.generation.base import GenerationBackend, SamplingParams
+from sparring.generation.base import GenerationBackend, SamplingParams, session_seed
 from sparring.generation.factory import BackendConfig, make_backend
 from sparring.samples import TokenTrace, sample_row, write_samples
 
@@ -46,6 +49,9 @@ class RolloutConfig(BaseModel):
     """Largest batch per generate call; bigger batches are split."""
     max_context_tokens: int = Field(4096, ge=64)
     """A game whose next prompt + max_new_tokens would exceed this ends (no deal)."""
+    max_live_games: int | None = Field(None, ge=1)
+    """Games in flight at once (None = all). Bounds the engine's KV cache: e.g. 64 keeps
+    SmolLM2-135M's matching games (2 seats of <= ~1,200 tokens) inside HFBackend's 8 GiB."""
 
     @model_validator(mode="after")
     def _check(self) -> RolloutConfig:
@@ -103,6 +109,7 @@ class LiveGame:
     seats: list[str]  # policy name per seat
     traces: list[TokenTrace | None]  # per seat; None = no samples for that seat
     truncated: bool = False  # a prompt outgrew max_context_tokens: the game ends (no deal)
+    steps: int = 0  # rollout steps since the game started (its sampling seeds follow them)
 
     @property
     def over(self) -> bool:
@@ -168,25 +175,25 @@ def play(
         for g in range(cfg.games_per_init)
     ]
     backends = {n for n, p in policies.items() if isinstance(p, GenerationBackend)}
-    calls = step = 0
+    calls = 0
     bar = tqdm(total=len(live), desc="games", unit="game", disable=not progress)
-    running = list(live)
-    while running:
+    waiting, running = deque(live), []
+    while waiting or running:
+        while waiting and len(running) < (cfg.max_live_games or len(live)):
+            running.append(waiting.popleft())
         turns: dict[str, list[tuple[LiveGame, int]]] = {}  # policy name -> its pending turns
         for lg in running:
             for seat in lg.game.pending_seats:
                 turns.setdefault(lg.seats[seat], []).append((lg, seat))
-        sampling = cfg.sampling
-        if sampling.seed is not None:  # a distinct, reproducible seed for every step
-            sampling = sampling.model_copy(update={"seed": sampling.seed * 100_003 + step})
-        step += 1
         for name, todo in turns.items():
             policy = policies[name]
             if isinstance(policy, GenerationBackend):
-                calls += _model_turns(policy, todo, cfg.max_context_tokens, sampling)
+                calls += _model_turns(policy, todo, cfg.max_context_tokens, cfg.sampling)
             else:
                 for lg, seat in todo:
                     _scripted_turn(policy, lg, seat)
+        for lg in running:
+            lg.steps += 1
         for lg in [lg for lg in running if lg.over]:
             running.remove(lg)
             bar.update(1)
@@ -265,7 +272,11 @@ def _model_turns(
     if not prompts:
         return 0
     sessions = [lg.session(seat) for lg, seat in asked]
-    for (lg, seat), out in zip(asked, backend.generate(prompts, sampling, sessions), strict=True):
+    seeds = None
+    if sampling.seed is not None:  # a distinct, reproducible seed for every seat and game step
+        seeds = [session_seed(sampling.seed * 100_003 + lg.steps, lg.session(s)) for lg, s in asked]
+    replies = backend.generate(prompts, sampling, sessions, seeds)
+    for (lg, seat), out in zip(asked, replies, strict=True):
         if lg.truncated:  # another seat of this game outgrew the context in this call
             continue
         lg.game.step(seat, out.text)

@@ -113,6 +113,24 @@ def test_seeded_sampling_is_reproducible(inits, backend):
     assert [e.transcript for e in a.episodes] == [e.transcript for e in b.episodes]
 
 
+def test_a_pool_of_live_games_plays_the_same_games(inits, tiny_model_dir, result):
+    """`max_live_games=3`: at most 3 games in flight (so at most 3 prompts per generate call,
+    one pending seat per matching game), and every game, sampled, is the game it was with all
+    8 in flight: its draws follow its own steps, not the schedule."""
+
+    class Sizes(HFBackend):  # records each generate call's batch size
+        def generate(self, prompts, *args, **kwargs):
+            self.sizes.append(len(prompts))
+            return super().generate(prompts, *args, **kwargs)
+
+    pooled = Sizes(str(tiny_model_dir), device="cpu")
+    pooled.sizes = []
+    res = play(inits, {"policy": pooled}, config(max_live_games=3), progress=False)
+    assert max(pooled.sizes) == 3 and len(pooled.sizes) > result.generate_calls
+    assert [e.transcript for e in res.episodes] == [e.transcript for e in result.episodes]
+    assert not pooled._sessions  # finished games released their seats' caches
+
+
 def test_mixed_seats_model_against_scripted(inits, backend):
     cfg = config(seats=["policy", "matching-scripted"])
     res = play(

@@ -37,7 +37,12 @@ def row_seeds(seed: int | None, n: int, sessions: list[str] | None = None) -> li
         return [None] * n
     if sessions is None:
         return [seed + i for i in range(n)]
-    return [zlib.crc32(f"{seed}/{s}".encode()) for s in sessions]
+    return [session_seed(seed, s) for s in sessions]
+
+
+def session_seed(seed: int, session: str) -> int:
+    """The sampling seed of one session's prompt in a call seeded with `seed`."""
+    return zlib.crc32(f"{seed}/{session}".encode())
 
 
 @dataclass
@@ -60,12 +65,17 @@ class GenerationBackend(ABC):
 
     @abstractmethod
     def generate(
-        self, prompts: list[list[int]], params: SamplingParams, sessions: list[str] | None = None
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        sessions: list[str] | None = None,
+        seeds: list[int | None] | None = None,
     ) -> list[Completion]:
         """Complete every prompt (token ids) in one batched call, in order.
 
         `sessions` names the conversation each prompt continues (one per game seat); a backend
         may keep its KV cache per session so that the next turn prefills only the new tokens.
+        `seeds` gives each prompt its own sampling seed; default `row_seeds(params.seed, ...)`.
         """
 
     def release(self, sessions: list[str]) -> None:  # noqa: B027 - optional hook

@@ -28,7 +28,6 @@ inverse transform (`sample_tokens`).
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, StaticCache
@@ -76,7 +75,7 @@ class HFBackend(GenerationBackend):
         self.token_bytes = _kv_bytes_per_token(self.model)
         self.max_cached_tokens = max_cached_bytes // self.token_bytes
         """Cap on tokens kept across sessions (`max_cached_bytes` of keys and values: 186k
-        tokens for SmolLM2-135M in fp32); least recently used sessions go first."""
+        tokens for SmolLM2-135M in fp32); see `_store` for what happens at the cap."""
         self.prefill_tokens = prefill_tokens or (4096 if self.device.type == "cpu" else 65536)
         """Padded tokens per prefill forward (see `_prefill`)."""
         self.min_shared_prefix = min_shared_prefix
@@ -88,7 +87,7 @@ class HFBackend(GenerationBackend):
         self.eos_ids, self.stop_ids = turn_stop_ids(
             self.tokenizer, _as_list(self.model.generation_config.eos_token_id)
         )
-        self._sessions: OrderedDict[str, tuple[list[int], KV]] = OrderedDict()
+        self._sessions: dict[str, tuple[list[int], KV]] = {}
         self.forward_seconds = 0.0
         self.generated_tokens = 0
         self.prefilled_tokens = 0
@@ -97,13 +96,18 @@ class HFBackend(GenerationBackend):
     # ---- public API ------------------------------------------------------------------------
     @torch.inference_mode()
     def generate(
-        self, prompts: list[list[int]], params: SamplingParams, sessions: list[str] | None = None
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        sessions: list[str] | None = None,
+        seeds: list[int | None] | None = None,
     ) -> list[Completion]:
+        seeds = seeds or row_seeds(params.seed, len(prompts), sessions)
         out: list[Completion] = []
         for start in range(0, len(prompts), self.max_batch_size):
             chunk = slice(start, start + self.max_batch_size)
             out += self._generate_chunk(
-                prompts[chunk], params, sessions[chunk] if sessions else None
+                prompts[chunk], params, sessions[chunk] if sessions else None, seeds[chunk]
             )
         return out
 
@@ -127,7 +131,11 @@ class HFBackend(GenerationBackend):
         return logits
 
     def _generate_chunk(
-        self, prompts: list[list[int]], params: SamplingParams, sessions: list[str] | None
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        sessions: list[str] | None,
+        seeds: list[int | None],
     ) -> list[Completion]:
         b, dev = len(prompts), self.device
         cached = [self._lookup(s, p) for s, p in zip(sessions or [None] * b, prompts, strict=True)]
@@ -145,7 +153,7 @@ class HFBackend(GenerationBackend):
             warpers = [TemperatureLogitsWarper(params.temperature)]
             if params.top_p < 1.0:  # top-p 1 keeps every token; skip its vocabulary sort
                 warpers.append(TopPLogitsWarper(params.top_p))
-        draws = _uniforms(row_seeds(params.seed, b, sessions), params.max_new_tokens).to(dev)
+        draws = _uniforms(seeds, params.max_new_tokens).to(dev)
         stop = torch.tensor(self.stop_ids, device=dev)
         done = torch.zeros(b, dtype=torch.bool, device=dev)
         tokens: list[torch.Tensor] = []
@@ -266,7 +274,6 @@ class HFBackend(GenerationBackend):
         if session is None or session not in self._sessions:
             return [], None
         ids, kv = self._sessions[session]
-        self._sessions.move_to_end(session)
         n = _common_prefix(ids, prompt[: len(prompt) - 1])
         return ids[:n], [(k[:, :n], v[:, :n]) for k, v in kv]
 
@@ -304,15 +311,23 @@ class HFBackend(GenerationBackend):
         lmax: int,
     ) -> None:
         """Keep each row's real positions: its prompt (left-padded to `lmax`) plus the
-        generated tokens fed back, one contiguous span of the decode cache."""
+        generated tokens fed back, one contiguous span of the decode cache.
+
+        An entry grows only while the cache has room (`max_cached_tokens`); otherwise the
+        session keeps its older, shorter prefix, and a new session goes uncached until
+        finished sessions are released. A rollout visits every live session once per step, a
+        cycle: evicting the least recently used entry would make every visit a miss once the
+        sessions outgrow the cache, while this keeps the entries that fit warm."""
+        held = sum(len(ids) for ids, _ in self._sessions.values())
         for i, (session, prompt, row) in enumerate(zip(sessions, prompts, rows, strict=True)):
             fed = prompt + until_stop(row, self.stop_ids)[:-1]
+            old = len(self._sessions[session][0]) if session in self._sessions else 0
+            if held - old + len(fed) > self.max_cached_tokens:
+                continue
             start = lmax - len(prompt)
             kv = [(k.clone(), v.clone()) for k, v in _row_kv(cache, i, [(start, start + len(fed))])]
             self._sessions[session] = (fed, kv)
-            self._sessions.move_to_end(session)
-        while sum(len(ids) for ids, _ in self._sessions.values()) > self.max_cached_tokens:
-            self._sessions.popitem(last=False)
+            held += len(fed) - old
 
     def _completion(self, row: list[int]) -> Completion:
         """Cut a generated row at its first stop token (keeping it only if it is EOS)."""

@@ -87,9 +87,13 @@ class OpenAIBackend(GenerationBackend):
         self.retried_requests = 0
 
     def generate(
-        self, prompts: list[list[int]], params: SamplingParams, sessions: list[str] | None = None
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        sessions: list[str] | None = None,
+        seeds: list[int | None] | None = None,
     ) -> list[Completion]:
-        seeds = row_seeds(params.seed, len(prompts), sessions)
+        seeds = seeds or row_seeds(params.seed, len(prompts), sessions)
         bodies = [
             completion_request(p, params, self.model, self.stop_ids, s)
             for p, s in zip(prompts, seeds, strict=True)

@@ -28,14 +28,13 @@ from sparring.generation.stops import trim_reply, turn_stop_ids
 
 
 def sampling_request(
-    params: SamplingParams, stop_ids: list[int], n: int, sessions: list[str] | None = None
+    params: SamplingParams, stop_ids: list[int], seeds: list[int | None]
 ) -> list[dict[str, Any]]:
-    """SGLang `sampling_params` for `n` prompts of one generate call.
+    """SGLang `sampling_params` for the prompts of one generate call, one per seed.
 
     Every special token stops a turn, as in the HF backend; `skip_special_tokens=False` and
     `no_stop_trim=True` keep the stop token in `output_ids` so `trim_reply` sees it. A seeded
-    call gives each prompt its own seed (`row_seeds`: from its session, else `seed + i`;
-    `sampling_seed`, honoured by SGLang's sampler when the server runs with
+    prompt gets `sampling_seed` (honoured by SGLang's sampler when the server runs with
     `enable_deterministic_inference`), so rows differ but repeat exactly.
     """
     base = {
@@ -46,7 +45,6 @@ def sampling_request(
         "skip_special_tokens": False,
         "no_stop_trim": True,
     }
-    seeds = row_seeds(params.seed, n, sessions)
     return [dict(base) if s is None else {**base, "sampling_seed": s} for s in seeds]
 
 
@@ -108,11 +106,17 @@ class SGLangBackend(GenerationBackend):
         self.generated_tokens = 0
 
     def generate(
-        self, prompts: list[list[int]], params: SamplingParams, sessions: list[str] | None = None
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        sessions: list[str] | None = None,
+        seeds: list[int | None] | None = None,
     ) -> list[Completion]:
         outputs = self.engine.generate(
             input_ids=prompts,
-            sampling_params=sampling_request(params, self.stop_ids, len(prompts), sessions),
+            sampling_params=sampling_request(
+                params, self.stop_ids, seeds or row_seeds(params.seed, len(prompts), sessions)
+            ),
         )
         completions = to_completions(outputs, self.tokenizer, self.eos_ids, self.stop_ids)
         self.generated_tokens += sum(len(c.token_ids) for c in completions)

@@ -56,7 +56,7 @@ def _prompts(tokenizer) -> list[list[int]]:
 # ---- SGLang mapping -----------------------------------------------------------------------
 def test_sglang_sampling_request_maps_every_field():
     params = SamplingParams(temperature=0.7, top_p=0.9, max_new_tokens=48, seed=11)
-    reqs = sampling_request(params, stop_ids=[0, 2], n=3)
+    reqs = sampling_request(params, stop_ids=[0, 2], seeds=[11, 12, 13])
     assert [r["sampling_seed"] for r in reqs] == [11, 12, 13]
     assert reqs[0] == {
         "temperature": 0.7,
@@ -67,7 +67,7 @@ def test_sglang_sampling_request_maps_every_field():
         "no_stop_trim": True,
         "sampling_seed": 11,
     }
-    unseeded = sampling_request(params.model_copy(update={"seed": None}), [2], n=2)
+    unseeded = sampling_request(params.model_copy(update={"seed": None}), [2], [None, None])
     assert all("sampling_seed" not in r for r in unseeded)
 
 

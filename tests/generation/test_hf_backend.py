@@ -179,20 +179,31 @@ def test_shared_prefixes_are_prefilled_once(sharp_model, tokenizer, reference):
     assert unshared.prefilled_tokens == sum(map(len, prompts))
 
 
-def test_the_session_cache_is_capped_in_bytes(sharp_model, prompts):
-    """Sessions beyond `max_cached_bytes` of keys and values are dropped, oldest first."""
+def test_the_session_cache_is_capped_in_bytes(sharp_model, tokenizer, reference):
+    """Past `max_cached_bytes` of keys and values, sessions keep the prefixes that fit: a
+    rollout visiting every session each turn (a cycle, where least-recently-used eviction
+    would miss every time) still reuses cached turns, and no token changes."""
+    firsts = ["Orders?", "Spring 1901. A PAR, A MAR, F BRE. " * 4, "Press?", "Centers?"]
+    sessions = [f"game/{i}" for i in range(len(firsts))]
+    turn1 = [_chat(tokenizer, text) for text in firsts]
     full = HFBackend(sharp_model, device="cpu")
-    sessions = [f"s/{i}" for i in range(len(prompts))]
-    full.generate(prompts, GREEDY, sessions)
+    full.generate(turn1, GREEDY, sessions)
     ids, kv = full._sessions[sessions[-1]]
     assert full.token_bytes == sum(k.nbytes + v.nbytes for k, v in kv) // len(ids)
-    room = max(len(ids) for ids, _ in full._sessions.values())  # the largest session fits
+    lengths = [len(ids) for ids, _ in full._sessions.values()]
+    room = lengths[0] + lengths[1] + 2  # the first two sessions fit, with room to grow a little
     small = HFBackend(sharp_model, device="cpu", max_cached_bytes=room * full.token_bytes)
-    small.generate(prompts, GREEDY, sessions)
-    kept = list(small._sessions)
-    assert kept and kept == sessions[len(sessions) - len(kept) :]  # the most recent ones
-    assert (
-        sum(len(ids) for ids, _ in small._sessions.values())
-        <= room
-        < sum(len(ids) for ids, _ in full._sessions.values())
-    )
+    replies = [c.text for c in small.generate(turn1, GREEDY, sessions)]
+    assert list(small._sessions) == sessions[:2]
+    warm = len(turn1[0]) + len(turn1[1])  # what the two cached sessions reuse, at least
+    for turn in range(2, 4):  # two more turns: the first two sessions stay warm, capped
+        turn1 = [
+            _chat(tokenizer, text, reply, f"Turn {turn}. Orders, one per line:")
+            for text, reply in zip(firsts, replies, strict=True)
+        ]
+        before = small.reused_tokens
+        completions = small.generate(turn1, GREEDY, sessions)
+        assert [c.token_ids for c in completions] == [reference(p) for p in turn1]
+        assert small.reused_tokens - before >= warm
+        assert sum(len(ids) for ids, _ in small._sessions.values()) <= room
+        replies = [c.text for c in completions]
