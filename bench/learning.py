@@ -47,12 +47,14 @@ from sparring.sft import SFTConfig
 from sparring.tiny_model import init_tiny
 from sparring.train import GRPOConfig
 
-# `--model` other than tiny: sized for a 135M model on 2 idle CPU cores (~75 min, measured
-# phase by phase: the zero-shot evaluation <= 24 min, as its failed games run every turn; the
-# warm start ~5; each evaluation ~6; each GRPO iteration ~15, rollout and update). A
-# deliberately short warm start (one epoch, 6 steps) teaches the protocol; two epochs already
-# imitate the teacher (docs/results.md). LoRA: a cheaper backward, no full AdamW state.
-# Sampled evaluation only (greedy doubles it).
+# `--model` other than tiny: sized for a 135M model on 2 idle CPU cores (57 min measured in one
+# run: the zero-shot evaluation on 64 states 4 min, the warm start and its evaluation 14, each
+# GRPO iteration 17-23 with its rollout, update and evaluation). A deliberately short warm start
+# (one epoch, 6 steps) teaches the protocol; two epochs already imitate the teacher
+# (docs/results.md). LoRA: a cheaper backward, no full AdamW state. Sampled evaluation only
+# (greedy doubles it) on 256 states, for a paired standard error of the gain under 0.03; the
+# zero-shot one is not part of the gain and uses 64. 64 live games keep the engine's KV cache
+# under its 8 GiB cap (sparring.generation.hf).
 REAL_DEFAULTS = {
     "iterations": 2,
     "max_turns": 6,

@@ -64,11 +64,12 @@ def test_the_real_model_pipeline_is_the_learning_benchs_recipe():
     assert cfg.games_per_iteration == d["train_states"] * d["games_per_init"]
     assert cfg.rollout.games_per_init == d["games_per_init"]
     assert cfg.game_init.num_val == d["val_states"]
-    for sampling in (cfg.rollout.sampling, cfg.eval.rollout.sampling):
-        assert (sampling.temperature, sampling.max_new_tokens) == (
+    for rollout in (cfg.rollout, cfg.eval.rollout):
+        assert (rollout.sampling.temperature, rollout.sampling.max_new_tokens) == (
             d["temperature"],
             d["max_new_tokens"],
         )
+        assert rollout.max_live_games == d["max_live_games"]
 
 
 def test_the_real_model_pipeline_starts_from_the_cached_conversion(
