@@ -24,9 +24,9 @@ class CountingBackend(HFBackend):
         super().__init__(*args, **kwargs)
         self.batches: list[int] = []
 
-    def generate(self, prompts, params, sessions=None):
+    def generate(self, prompts, params, sessions=None, seeds=None):
         self.batches.append(len(prompts))
-        return super().generate(prompts, params, sessions)
+        return super().generate(prompts, params, sessions, seeds)
 
 
 @pytest.fixture(scope="module")
