@@ -1,22 +1,37 @@
 """How long `sparring run` should take: a rough wall-time estimate printed at the start.
 
-Only for the tiny model on CPU, where the costs per unit below were measured (per-task times
-of one `make run` on 2 idle CPU cores, 6:59 wall, docs/results.md); a real model or a GPU gets
-no estimate.
-The rollout and eval costs are per game at the default's per-turn budget (`max_new_tokens`
+Only for models whose costs per unit below were measured on CPU, from per-task times of one run
+on 2 idle cores: the tiny model (`make run`, 6:59 wall) and SmolLM2-135M-Instruct (a shortened
+`configs/pipeline-smollm2.yaml`: 1 iteration of 32 games, 32 val states, 9:08 wall;
+docs/results.md). Another model or a GPU gets no estimate.
+The rollout and eval costs are per game at the measured per-turn budget (`max_new_tokens`
 times `max_turns`) and scale with it; a policy that ends its games early is faster.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from sparring.pipeline.config import PipelineConfig
 
 TASK_SECONDS = 4.5  # one task's start-up: process, imports, S3 transfers, MLflow
-SFT_SECONDS = 0.085  # per warm-start state and epoch (scripted play and the SFT pass)
-ROLLOUT_SECONDS = 0.115  # per self-play game
-TRAIN_SECONDS = 0.27  # per self-play game: the GRPO update on its samples
-EVAL_SECONDS = 0.06  # per eval game (the warm-started policy ends most games early)
-BUDGET = 40 * 8  # max_new_tokens x max_turns the per-game costs were measured at
+
+
+class Costs(NamedTuple):
+    """Measured seconds per unit of work for one model on 2 CPU cores."""
+
+    sft: float  # per warm-start state and epoch (scripted play and the SFT pass)
+    rollout: float  # per self-play game
+    train: float  # per self-play game: the GRPO update on its samples
+    eval: float  # per eval game
+    budget: int  # max_new_tokens x max_turns the per-game costs were measured at
+
+
+COSTS = {
+    "tiny": Costs(sft=0.085, rollout=0.115, train=0.27, eval=0.06, budget=40 * 8),
+    # loading and saving the 540 MB checkpoint is inside each task's per-game cost
+    "smollm2-135m-instruct": Costs(sft=2.9, rollout=2.7, train=5.7, eval=2.9, budget=48 * 6),
+}
 
 
 def eval_games(cfg: PipelineConfig) -> int:
@@ -28,16 +43,18 @@ def eval_games(cfg: PipelineConfig) -> int:
 
 
 def estimate_seconds(cfg: PipelineConfig) -> float | None:
-    """Wall seconds of `cfg` on 2 idle CPU cores, or None when it is not the tiny model on
-    CPU (no measured costs)."""
-    if cfg.model != "tiny" or cfg.device != "cpu" or cfg.train_backend != "torch":
+    """Wall seconds of `cfg` on 2 idle CPU cores, or None for a model without measured costs
+    or off CPU."""
+    costs = COSTS.get(cfg.model)
+    if costs is None or cfg.device != "cpu" or cfg.train_backend != "torch":
         return None
-    budget = cfg.rollout.sampling.max_new_tokens * cfg.game.params.get("max_turns", 8) / BUDGET
+    turns = cfg.game.params.get("max_turns", 8)
+    budget = cfg.rollout.sampling.max_new_tokens * turns / costs.budget
     ws = cfg.warm_start
-    sft = ws.num_states * cfg.sft_config().epochs * SFT_SECONDS if ws else 0.0
+    sft = ws.num_states * cfg.sft_config().epochs * costs.sft if ws else 0.0
     per_iteration = (
-        cfg.games_per_iteration * (ROLLOUT_SECONDS * budget + TRAIN_SECONDS)
-        + eval_games(cfg) * EVAL_SECONDS * budget
+        cfg.games_per_iteration * (costs.rollout * budget + costs.train)
+        + eval_games(cfg) * costs.eval * budget
     )
     tasks = 4 + (ws is not None) + 4 * cfg.iterations  # start, init, model, finish, per iteration
     return tasks * TASK_SECONDS + sft + cfg.iterations * per_iteration
