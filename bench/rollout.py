@@ -3,6 +3,8 @@
     .venv/bin/python bench/rollout.py            # 64 games, k=4 (about 3 minutes on 2 cores)
     .venv/bin/python bench/rollout.py --games 4  # smoke size
     .venv/bin/python bench/rollout.py --model smollm2-135m-instruct --games 8 --k 3
+    .venv/bin/python bench/rollout.py --model runs/learn/iter-0 --games 64 --k 3 \\
+        --max-new-tokens 48 --temperature 0.7 --param random_names=false --param max_retries=1
     .venv/bin/python bench/rollout.py --backend openai --base-url http://127.0.0.1:30000 \\
         --model Qwen/Qwen2.5-1.5B-Instruct      # any backend of sparring.generation.factory
 
@@ -110,6 +112,14 @@ def main() -> None:
     ap.add_argument("--max-turns", type=int, default=6)
     ap.add_argument("--max-new-tokens", type=int, help="per turn (CPU 24, GPU: the config's)")
     ap.add_argument("--model", help="checkpoint (CPU: a fresh tiny model; GPU: the config's)")
+    ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    ap.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="another matching-game parameter, e.g. random_names=false (value parsed as YAML)",
+    )
     ap.add_argument("--backend", choices=BACKENDS, default="hf", help="generation engine")
     ap.add_argument("--base-url", help="openai backend: the server root, e.g. http://host:30000")
     ap.add_argument(
@@ -138,15 +148,18 @@ def main() -> None:
     )
 
     game_params = {"k": k, "max_turns": args.max_turns}
+    for pair in args.param:
+        key, _, value = pair.partition("=")
+        game_params[key] = yaml.safe_load(value)
     df = generate_inits(
         GameInitConfig(game=GameSpec(params=game_params), num_train=games, num_val=0),
         progress=False,
     )
     inits = [(r.init_id, json.loads(r.state)) for r in df.itertuples()]
-    sampling = SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens, seed=0)
+    sampling = SamplingParams(temperature=args.temperature, max_new_tokens=max_new_tokens, seed=0)
     print(
-        f"{args.backend} on {'cuda' if gpu else 'cpu'}: {model}, {games} games, k={k}, "
-        f"max_new_tokens={max_new_tokens}"
+        f"{args.backend} on {'cuda' if gpu else 'cpu'}: {model}, {games} games, {game_params}, "
+        f"max_new_tokens={max_new_tokens}, temperature {args.temperature}"
     )
 
     def reset() -> None:  # per-backend counters of generated tokens (and hf forward time)
