@@ -6,6 +6,8 @@ on 2 idle cores: the tiny model (`make run`, 6:59 wall) and SmolLM2-135M-Instruc
 docs/results.md). Another model or a GPU gets no estimate.
 The rollout and eval costs are per game at the measured per-turn budget (`max_new_tokens`
 times `max_turns`) and scale with it; a policy that ends its games early is faster.
+The costs hold for the CPU they were measured on; `estimate_here` scales them by a one-second
+matmul probe of this machine (a 1.6x slower CPU made every task 1.6-1.8x slower).
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from typing import NamedTuple
 
 from sparring.pipeline.config import PipelineConfig
 
+REFERENCE_MATMUL = 215e9
+"""FLOP/s of a 2048^2 fp32 matmul on 2 threads (`peak_flops.matmul_peak`) on the CPU where
+COSTS were measured."""
 TASK_SECONDS = 4.5  # one task's start-up: process, imports, S3 transfers, MLflow
 
 
@@ -42,9 +47,9 @@ def eval_games(cfg: PipelineConfig) -> int:
     return states * sum(per_state[mode] for mode in cfg.eval.modes)
 
 
-def estimate_seconds(cfg: PipelineConfig) -> float | None:
-    """Wall seconds of `cfg` on 2 idle CPU cores, or None for a model without measured costs
-    or off CPU."""
+def estimate_seconds(cfg: PipelineConfig, matmul: float = REFERENCE_MATMUL) -> float | None:
+    """Wall seconds of `cfg` on 2 idle CPU cores that multiply matrices at `matmul` FLOP/s, or
+    None for a model without measured costs or off CPU."""
     costs = COSTS.get(cfg.model)
     if costs is None or cfg.device != "cpu" or cfg.train_backend != "torch":
         return None
@@ -57,4 +62,18 @@ def estimate_seconds(cfg: PipelineConfig) -> float | None:
         + eval_games(cfg) * costs.eval * budget
     )
     tasks = 4 + (ws is not None) + 4 * cfg.iterations  # start, init, model, finish, per iteration
-    return tasks * TASK_SECONDS + sft + cfg.iterations * per_iteration
+    seconds = tasks * TASK_SECONDS + sft + cfg.iterations * per_iteration
+    return seconds * REFERENCE_MATMUL / matmul
+
+
+def estimate_here(cfg: PipelineConfig) -> tuple[float, float] | None:
+    """`estimate_seconds` for this machine, and the matmul FLOP/s its probe measured; None
+    where there is no estimate (and then no probe)."""
+    if estimate_seconds(cfg) is None:
+        return None
+    import torch
+
+    from sparring.peak_flops import matmul_peak
+
+    matmul, _ = matmul_peak(torch.device("cpu"), seconds=1.0)
+    return estimate_seconds(cfg, matmul), matmul

@@ -101,7 +101,7 @@ def run_local(cfg: PipelineConfig, workdir: str | Path = "runs", verbose: bool =
     from kfp import local
 
     from sparring.pipeline import runs
-    from sparring.pipeline.estimate import estimate_seconds
+    from sparring.pipeline.estimate import REFERENCE_MATMUL, estimate_here
     from sparring.pipeline.reports import summary_rows
     from sparring.pipelines.selfplay import build_pipeline
     from sparring.tracking import champion, connect
@@ -111,9 +111,15 @@ def run_local(cfg: PipelineConfig, workdir: str | Path = "runs", verbose: bool =
     run_name = cfg.run_name or f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     (workdir / run_name).mkdir(parents=True, exist_ok=True)
     log_path = workdir / run_name / "kfp.log"
-    estimate = estimate_seconds(cfg)
+    estimate = estimate_here(cfg)  # (seconds, this CPU's matmul FLOP/s) or None
+    seconds = estimate[0] if estimate else None
     if estimate:
-        print(f"[sparring] estimated time: ~{_clock(estimate)} on 2 idle CPU cores", flush=True)
+        print(
+            f"[sparring] estimated time: ~{_clock(seconds)} if these cores are idle "
+            f"(matmul {estimate[1] / 1e9:.0f} GFLOP/s here, {REFERENCE_MATMUL / 1e9:.0f} where "
+            "the costs were measured)",
+            flush=True,
+        )
     own_mlflow = not cfg.tracking.tracking_uri and "MLFLOW_TRACKING_URI" not in os.environ
     with local_services(cfg.model_copy(update={"run_name": run_name}), workdir) as (cfg, s3_dir):
         # kfp warns that our image is "non-Python": it is ours, and this Python has it installed.
@@ -126,7 +132,7 @@ def run_local(cfg: PipelineConfig, workdir: str | Path = "runs", verbose: bool =
         )
         with (
             log_path.open("w") as log,
-            contextlib.redirect_stdout(_Progress(log, sys.stdout, verbose, t0, estimate)),
+            contextlib.redirect_stdout(_Progress(log, sys.stdout, verbose, t0, seconds)),
             stop_on_signals(),
         ):
             try:

@@ -5,8 +5,15 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import pytest
+
 from sparring.pipeline.config import PipelineConfig
-from sparring.pipeline.estimate import estimate_seconds, eval_games
+from sparring.pipeline.estimate import (
+    REFERENCE_MATMUL,
+    estimate_here,
+    estimate_seconds,
+    eval_games,
+)
 from sparring.pipeline.local import _Progress
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -40,6 +47,27 @@ def test_the_real_model_config_is_estimated_from_its_shortened_run():
     )
     assert abs(estimate_seconds(short) - 548) < 60
     assert 50 * 60 < estimate_seconds(cfg) < 60 * 60
+
+
+def test_a_slower_cpu_gets_a_proportionally_longer_estimate_from_its_own_probe():
+    """The 2-iteration SmolLM2 run that took 27:33 was estimated at ~15:20 on a CPU whose
+    matmul measured 133 GFLOP/s; scaled, the estimate is 24:49, 10% under what it took."""
+    cfg = PipelineConfig.from_yaml()
+    base = estimate_seconds(cfg)
+    assert estimate_seconds(cfg, REFERENCE_MATMUL / 2) == pytest.approx(2 * base)
+    seconds, matmul = estimate_here(cfg)
+    assert 1e9 < matmul < 1e13  # a CPU's fp32 matmul rate, measured here
+    assert seconds == pytest.approx(base * REFERENCE_MATMUL / matmul)
+    assert estimate_here(cfg.model_copy(update={"device": "cuda"})) is None
+
+    smollm2 = PipelineConfig.from_yaml(CONFIGS / "pipeline-smollm2.yaml")
+    short = smollm2.model_copy(
+        update={
+            "games_per_iteration": 32,
+            "game_init": smollm2.game_init.model_copy(update={"num_val": 32}),
+        }
+    )
+    assert estimate_seconds(short, 133e9) == pytest.approx(27 * 60 + 33, rel=0.15)
 
 
 def test_progress_echoes_progress_lines_with_elapsed_and_estimated_time():
