@@ -12,7 +12,10 @@ log-probs, verl advantages (computed once, as in `train`), verl's clipped loss o
 tokens, grad clipping and the AdamW step. With one mini-batch and one epoch (on-policy) the old
 log-probs come from the step's own forward. KL on is timed twice: reference = the start
 weights (no extra pass, `train`'s default) and a separate reference model (one no-grad
-forward). The last line is `RESULT grpo_step_ratio <GRPO time / bare time>` with KL off.
+forward). The bare step is also timed with the rollout engine's attention (`sdpa_gqa`,
+sparring/generation/attention.py: key/value heads shared, not copied) on a second copy of the
+weights, to show whether the trainer would gain from it. The last line is
+`RESULT grpo_step_ratio <GRPO time / bare time>` with KL off.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from transformers import AutoModelForCausalLM
 
+from sparring.generation import attention
 from sparring.tiny_model import TinyModelConfig, init_tiny
 from sparring.train import GRPOConfig, advantages_for, collate, grpo_update, load_model
 
@@ -89,6 +94,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(args.model) if args.model else init_tiny(tmp, CPU_MODEL)
         model, ref = load_model(path, device), load_model(path, device, trainable=False)
+        gqa = AutoModelForCausalLM.from_pretrained(path, attn_implementation=attention.register())
+        gqa.to(device).eval()
         vocab = model.config.vocab_size
         params = sum(p.numel() for p in model.parameters())
     df = samples(args.batch, args.seq_len, vocab)
@@ -103,6 +110,9 @@ def main() -> None:
     advantages, _ = advantages_for(df, batch, cfg)
     steps = {
         "bare fwd+bwd": lambda: bare_step(model, batch.to(device), cfg.micro_batch_size),
+        "bare fwd+bwd, sdpa_gqa attention": lambda: bare_step(
+            gqa, batch.to(device), cfg.micro_batch_size
+        ),
         "grpo, KL off": lambda: grpo_update(model, batch, advantages, cfg, device),
         "grpo, KL on (ref = start weights)": lambda: grpo_update(
             model, batch, advantages, kl_cfg, device

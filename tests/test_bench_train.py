@@ -30,5 +30,6 @@ def test_train_bench_smoke(tiny_model_dir):
     ).stdout
     lines = out.strip().splitlines()
     assert any("KL on (separate ref model)" in line for line in lines)
+    assert any("sdpa_gqa attention" in line for line in lines)
     name, value = lines[-1].split()[1:]
     assert lines[-1].startswith("RESULT") and name == "grpo_step_ratio" and float(value) > 0
