@@ -1,6 +1,7 @@
 """Cost of one GRPO update relative to a bare forward+backward over the same tokens.
 
     .venv/bin/python bench/train.py                     # ~7M-param Qwen2, 8 x ~512 tokens, CPU
+    .venv/bin/python bench/train.py --model smollm2-135m-instruct --threads 2 --repeats 1
     .venv/bin/python bench/train.py --model runs/tiny --batch 2 --seq-len 64 --repeats 1
 
 Both sides run the same model over the same micro-batches in one process, interleaved, and the
@@ -24,7 +25,6 @@ import argparse
 import statistics
 import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -32,6 +32,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from sparring.generation import attention
+from sparring.models import resolve_model
 from sparring.tiny_model import TinyModelConfig, init_tiny
 from sparring.train import GRPOConfig, advantages_for, collate, grpo_update, load_model
 
@@ -81,7 +82,10 @@ def timed(fn) -> tuple[float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--model", help="Existing checkpoint (default: build the CPU bench model).")
+    ap.add_argument(
+        "--model",
+        help="Model ref: a checkpoint or a named model (default: build the CPU bench model).",
+    )
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--micro-batch", type=int, default=4)
     ap.add_argument("--seq-len", type=int, default=512)
@@ -92,7 +96,7 @@ def main() -> None:
     torch.manual_seed(0)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(args.model) if args.model else init_tiny(tmp, CPU_MODEL)
+        path = resolve_model(args.model) if args.model else init_tiny(tmp, CPU_MODEL)
         model, ref = load_model(path, device), load_model(path, device, trainable=False)
         gqa = AutoModelForCausalLM.from_pretrained(path, attn_implementation=attention.register())
         gqa.to(device).eval()
