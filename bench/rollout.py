@@ -170,7 +170,7 @@ def main() -> None:
         f"{share(result.seconds)}"
     )
     if hasattr(backend, "prefilled_tokens"):  # hf: the model's own counters and parameters
-        params = sum(p.numel() for p in backend.model.parameters())
+        params = backend.num_params
         flop = 2 * params * processed_tokens(backend)
         peak, cpu_peak = matmul_peak(backend.device)
         print(

@@ -9,15 +9,19 @@ stop token, the partner's message, the template scaffolding).
 A call runs in two phases:
 - prefill: a prefix that rows of the call share (say the rules and the board of one game) is
   computed once and handed to them like a session's cached prefix. Then the rest goes in
-  length-sorted groups of at most `prefill_tokens` padded tokens. A group's row is
+  groups of at most `prefill_tokens` padded tokens, cut where padding would cost more than
+  another forward (`_groups`). A group's row is
   `[pad..., cached prefix (L_i) | pad..., new tokens (n_i)]`, with a 2-D attention mask and
   explicit position ids, so rows with different cached lengths share one forward pass;
 - decode, the whole batch at once: each row's prompt keys and values, left-padded, in one
   preallocated `StaticCache` (written in place; a growing cache re-copies every step, which
-  dominated CPU decode time), one token per row per forward.
+  dominated CPU decode time), one token per row per forward. Once a quarter of the rows have
+  hit a stop token they leave the batch (their session cache stored first): a finished row
+  would otherwise be decoded, and its cache read, until the longest reply ends.
 On CPU the model attends with `attention.sdpa_gqa`: grouped-query attention that shares the
 key/value heads instead of copying them per query head (transformers copies them whenever a
-mask is passed, and these batches always have one).
+mask is passed, and these batches always have one). Its linear layers multiply by weights
+packed once for oneDNN (`packed_linear`), not re-packed by every GEMM call.
 
 Prefill is compute-bound and gains nothing from huge batches; decoding is where batching
 pays. Sampling applies transformers' temperature / top-p logits warpers, then draws by
@@ -34,7 +38,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, Stat
 from transformers.cache_utils import Cache
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
-from sparring.generation import attention
+from sparring.generation import attention, packed_linear
 from sparring.generation.base import Completion, GenerationBackend, SamplingParams, row_seeds
 from sparring.generation.stops import trim_reply, turn_stop_ids, until_stop
 
@@ -71,8 +75,13 @@ class HFBackend(GenerationBackend):
             attn_implementation=attention.register() if self.device.type == "cpu" else None,
         )
         self.model.to(self.device).eval()
+        self.num_params = sum(p.numel() for p in self.model.parameters())
+        if self.device.type == "cpu":  # weights packed once, not per call (packed_linear)
+            packed_linear.pack_linears(self.model)
         self.max_batch_size = max_batch_size
         self.token_bytes = _kv_bytes_per_token(self.model)
+        self.key_cost = _key_cost(self.model, self.num_params)
+        """One cached key's attention FLOPs over one token's projection FLOPs (`_groups`)."""
         self.max_cached_tokens = max_cached_bytes // self.token_bytes
         """Cap on tokens kept across sessions (`max_cached_bytes` of keys and values: 186k
         tokens for SmolLM2-135M in fp32); see `_store` for what happens at the cap."""
@@ -155,20 +164,28 @@ class HFBackend(GenerationBackend):
                 warpers.append(TopPLogitsWarper(params.top_p))
         draws = _uniforms(seeds, params.max_new_tokens).to(dev)
         stop = torch.tensor(self.stop_ids, device=dev)
-        done = torch.zeros(b, dtype=torch.bool, device=dev)
-        tokens: list[torch.Tensor] = []
+        rows = torch.full((b, params.max_new_tokens), self.pad_id, device=dev)  # (B, steps)
+        alive = torch.arange(b, device=dev)  # the batch row of each cache row
+        done = torch.zeros(b, dtype=torch.bool, device=dev)  # per cache row
         for step in range(params.max_new_tokens):
             if params.temperature > 0:
                 for warp in warpers:
                     logits = warp(None, logits)
-                nxt = sample_tokens(logits, draws[:, step])  # (B,)
+                nxt = sample_tokens(logits, draws[:, step])  # (B_alive,)
             else:
-                nxt = logits.argmax(-1)  # (B,)
+                nxt = logits.argmax(-1)  # (B_alive,)
             nxt = torch.where(done, self.pad_id, nxt)
-            tokens.append(nxt)
+            rows[alive, step] = nxt
             done |= torch.isin(nxt, stop)
             if bool(done.all()) or step == params.max_new_tokens - 1:
                 break
+            if 4 * int(done.sum()) >= len(done):  # drop finished rows from the batch
+                if sessions:
+                    self._store(sessions, prompts, rows, cache, lmax, alive, done)
+                keep = (~done).nonzero()[:, 0]
+                cache.reorder_cache(keep)
+                mask, position, draws, alive = mask[keep], position[keep], draws[keep], alive[keep]
+                nxt, done = nxt[keep], done[keep]
             mask = torch.cat([mask, (~done).long()[:, None]], dim=1)  # finished rows stop attending
             position = position + 1
             logits = self._forward(
@@ -177,11 +194,9 @@ class HFBackend(GenerationBackend):
                 position_ids=position[:, None],
                 past_key_values=cache,
             )
-        rows = torch.stack(tokens, 1).tolist()  # (B, steps)
-        completions = [self._completion(r) for r in rows]
         if sessions:
-            self._store(sessions, prompts, rows, cache, lmax)
-        return completions
+            self._store(sessions, prompts, rows, cache, lmax, alive, torch.ones_like(done))
+        return [self._completion(r) for r in rows[:, : step + 1].tolist()]
 
     def _prefill(
         self,
@@ -189,8 +204,9 @@ class HFBackend(GenerationBackend):
         cached: list[tuple[list[int], KV | None]],
         share: bool = True,
     ) -> tuple[torch.Tensor, list[KV]]:
-        """Run each prompt's uncached tokens through the model in length-sorted groups of at
-        most `prefill_tokens` padded tokens. Returns the last position's logits (B, V) and each
+        """Run each prompt's uncached tokens through the model in groups of at most
+        `prefill_tokens` padded tokens, split where padding costs more than a forward
+        (`_groups`). Returns the last position's logits (B, V) and each
         row's keys and values over its whole prompt.
 
         Prefill is compute-bound: a huge padded batch only adds padding and cache misses (on
@@ -205,11 +221,7 @@ class HFBackend(GenerationBackend):
         self.prefilled_tokens += sum(len(n) for n in new)
         logits: list[torch.Tensor | None] = [None] * len(prompts)
         kvs: list[KV | None] = [None] * len(prompts)
-        for group in _groups(
-            sorted(range(len(prompts)), key=lambda i: len(new[i])),
-            [len(n) for n in new],
-            self.prefill_tokens,
-        ):
+        for group in _groups([len(n) for n in new], past, self.prefill_tokens, self.key_cost):
             lmax, nmax = max(past[i] for i in group), max(len(new[i]) for i in group)
             mask = torch.zeros(len(group), lmax + nmax, dtype=torch.long)  # (G, Lmax + Nmax)
             input_ids = torch.full((len(group), nmax), self.pad_id, dtype=torch.long)
@@ -306,12 +318,15 @@ class HFBackend(GenerationBackend):
         self,
         sessions: list[str],
         prompts: list[list[int]],
-        rows: list[list[int]],
+        rows: torch.Tensor,
         cache: StaticCache,
         lmax: int,
+        alive: torch.Tensor,
+        which: torch.Tensor,
     ) -> None:
-        """Keep each row's real positions: its prompt (left-padded to `lmax`) plus the
-        generated tokens fed back, one contiguous span of the decode cache.
+        """Keep the real positions of the cache rows picked by `which` (bool, per cache row;
+        `alive` maps cache rows to batch rows): each row's prompt (left-padded to `lmax`) plus
+        its generated tokens (`rows`, per batch row) fed back, one contiguous span.
 
         An entry grows only while the cache has room (`max_cached_tokens`); otherwise the
         session keeps its older, shorter prefix, and a new session goes uncached until
@@ -319,8 +334,10 @@ class HFBackend(GenerationBackend):
         cycle: evicting the least recently used entry would make every visit a miss once the
         sessions outgrow the cache, while this keeps the entries that fit warm."""
         held = sum(len(ids) for ids, _ in self._sessions.values())
-        for i, (session, prompt, row) in enumerate(zip(sessions, prompts, rows, strict=True)):
-            fed = prompt + until_stop(row, self.stop_ids)[:-1]
+        for i in which.nonzero()[:, 0].tolist():
+            j = int(alive[i])
+            session, prompt = sessions[j], prompts[j]
+            fed = prompt + until_stop(rows[j].tolist(), self.stop_ids)[:-1]
             old = len(self._sessions[session][0]) if session in self._sessions else 0
             if held - old + len(fed) > self.max_cached_tokens:
                 continue
@@ -367,16 +384,33 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     )
 
 
-def _groups(order: list[int], sizes: list[int], budget: int) -> list[list[int]]:
-    """Split `order` (row indices sorted by size) into runs whose padded size, rows x the
-    largest size, stays within `budget` (a row larger than the budget runs alone)."""
-    groups: list[list[int]] = []
-    for i in order:
-        if groups and (len(groups[-1]) + 1) * sizes[i] <= budget:
-            groups[-1].append(i)
-        else:
-            groups.append([i])
-    return groups
+def _groups(
+    new: list[int], past: list[int], budget: int, key_cost: float, forward_cost: int = 64
+) -> list[list[int]]:
+    """Split rows into prefill forwards: sort them by new-token count (then cached length),
+    then cut the order where the modelled cost is least (dynamic programming). A group of G rows costs
+    `G * nmax * (1 + key_cost * (lmax + nmax)) + forward_cost` in tokens' worth of
+    projections: every row is padded to the group's most new tokens (`nmax`) and attends over
+    its longest cached prefix (`lmax`), `key_cost` is one key's attention over one token's
+    projections, and `forward_cost` prices a forward's fixed work and small matmuls. Groups
+    stay within `budget` padded tokens (a row larger than that runs alone)."""
+    order = sorted(range(len(new)), key=lambda i: (new[i], past[i]))
+    best = [0.0] + [float("inf")] * len(order)  # best[j]: cheapest split of order[:j]
+    cut = [0] * (len(order) + 1)
+    for j in range(1, len(order) + 1):
+        nmax, lmax = new[order[j - 1]], 0
+        for i in range(j - 1, -1, -1):  # the last group is order[i:j]
+            lmax = max(lmax, past[order[i]])
+            if i < j - 1 and (j - i) * nmax > budget:
+                break
+            cost = best[i] + (j - i) * nmax * (1 + key_cost * (lmax + nmax)) + forward_cost
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    groups, j = [], len(order)
+    while j:
+        groups.append(order[cut[j] : j])
+        j = cut[j]
+    return groups[::-1]
 
 
 def _row_kv(cache: Cache, row: int, spans: list[tuple[int, int]]) -> KV:
@@ -397,6 +431,15 @@ def _kv_bytes_per_token(model: torch.nn.Module) -> int:
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
     kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
     return 2 * cfg.num_hidden_layers * kv_heads * head_dim * model.dtype.itemsize
+
+
+def _key_cost(model: torch.nn.Module, num_params: int) -> float:
+    """Attention FLOPs of one query over one key (scores and weighted values, every layer and
+    head), over the FLOPs of one token through the weights (2 x parameters, embedding aside)."""
+    cfg = model.config.get_text_config()
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    per_key = 4 * cfg.num_hidden_layers * cfg.num_attention_heads * head_dim
+    return per_key / (2 * (num_params - cfg.vocab_size * cfg.hidden_size))
 
 
 def _as_list(x: int | list[int] | None) -> list[int | None]:

@@ -14,7 +14,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from sparring.generation.base import SamplingParams
-from sparring.generation.hf import HFBackend, sample_tokens
+from sparring.generation.hf import HFBackend, _groups, sample_tokens
 from sparring.generation.stops import trim_reply
 
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=10)
@@ -48,15 +48,20 @@ def reference(sharp_model: str):
     backend = HFBackend(sharp_model, device="cpu")  # for its stop ids and trimming
 
     @torch.inference_mode()
-    def generate(prompt: list[int], max_new_tokens: int = GREEDY.max_new_tokens) -> list[int]:
+    def generate(
+        prompt: list[int],
+        max_new_tokens: int = GREEDY.max_new_tokens,
+        stop_ids: list[int] | None = None,
+    ) -> list[int]:
+        stop_ids = backend.stop_ids if stop_ids is None else stop_ids
         ids = list(prompt)
         for _ in range(max_new_tokens):
             nxt = int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax())
             ids.append(nxt)
-            if nxt in backend.stop_ids:
+            if nxt in stop_ids:
                 break
         return trim_reply(
-            ids[len(prompt) :], backend.tokenizer, backend.eos_ids, backend.stop_ids
+            ids[len(prompt) :], backend.tokenizer, backend.eos_ids, stop_ids
         ).token_ids
 
     return generate
@@ -91,6 +96,21 @@ def test_batched_greedy_matches_the_uncached_reference(
     assert backend.prefilled_tokens == sum(map(len, prompts))
 
 
+def test_prefill_groups_split_where_padding_costs_more_than_a_forward():
+    """Short and long rows go to separate forwards (padding 8 short rows to 100 tokens would
+    cost far more than a second forward); similar rows share one; the budget holds."""
+    new = [10, 100] * 8
+    groups = _groups(new, [0] * 16, budget=4096, key_cost=0.0)
+    assert sorted(i for g in groups for i in g) == list(range(16))
+    assert [sorted({new[i] for i in g}) for g in groups] == [[10], [100]]
+    assert _groups([40, 41, 42, 43], [0] * 4, budget=4096, key_cost=0.0) == [[0, 1, 2, 3]]
+    small = _groups([50] * 10, [0] * 10, budget=120, key_cost=0.0)
+    assert all(len(g) * 50 <= 120 for g in small) and sum(map(len, small)) == 10
+    # long cached prefixes make attention the cost: rows over a 2000-token prefix go apart
+    mixed = _groups([40] * 16, [0, 2000] * 8, budget=4096, key_cost=3e-4)
+    assert sorted(sorted({[0, 2000][i % 2] for i in g}) for g in mixed) == [[0], [2000]]
+
+
 def test_session_cache_reuses_turns_without_changing_tokens(sharp_model, tokenizer, reference):
     """Turn 2 of each session prefills only what is new since turn 1, with the same result."""
     backend = HFBackend(sharp_model, device="cpu", prefill_tokens=200)
@@ -108,6 +128,32 @@ def test_session_cache_reuses_turns_without_changing_tokens(sharp_model, tokeniz
     reused = backend.reused_tokens - before
     assert reused >= sum(map(len, turn1))  # every first-turn prompt came from the cache
     assert backend.prefilled_tokens == sum(map(len, turn1)) + sum(map(len, turn2)) - reused
+
+
+def test_rows_that_stop_early_leave_the_batch_without_changing_tokens(
+    sharp_model, tokenizer, prompts, reference
+):
+    """Decoding drops finished rows from the batch (storing their session cache first) once a
+    quarter of it is done. Stopping on prompt 0's second greedy token makes rows finish at
+    different steps; every row keeps the reference's tokens, and turn 2 reuses every session's
+    whole turn 1."""
+    free = [reference(p, stop_ids=[]) for p in prompts]
+    stop = [free[0][1]]
+    backend = HFBackend(sharp_model, device="cpu")
+    backend.stop_ids = stop
+    sessions = [f"g/{i}" for i in range(len(prompts))]
+    got = [c.token_ids for c in backend.generate(prompts, GREEDY, sessions)]
+    assert got == [reference(p, stop_ids=stop) for p in prompts]
+    assert len(got[0]) < max(map(len, got)) == GREEDY.max_new_tokens  # they finished apart
+    turn2 = [p + r + _chat(tokenizer, "Next?")[-6:] for p, r in zip(prompts, got, strict=True)]
+    before = backend.reused_tokens
+    again = [c.token_ids for c in backend.generate(turn2, GREEDY, sessions)]
+    assert again == [reference(p, stop_ids=stop) for p in turn2]
+    fed = [
+        len(p) + len(r) - (len(r) == GREEDY.max_new_tokens)
+        for p, r in zip(prompts, got, strict=True)
+    ]
+    assert backend.reused_tokens - before == sum(fed)  # a last token is never fed back
 
 
 def test_sessions_stay_independent_of_batch_order(sharp_model, prompts):
