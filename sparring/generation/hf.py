@@ -427,19 +427,20 @@ def _row_kv(cache: Cache, row: int, spans: list[tuple[int, int]]) -> KV:
 def _kv_bytes_per_token(model: torch.nn.Module) -> int:
     """Bytes of keys and values one cached token takes, over all layers."""
     cfg = model.config.get_text_config()
-    heads = cfg.num_attention_heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
-    return 2 * cfg.num_hidden_layers * kv_heads * head_dim * model.dtype.itemsize
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    return 2 * cfg.num_hidden_layers * kv_heads * _head_dim(cfg) * model.dtype.itemsize
 
 
 def _key_cost(model: torch.nn.Module, num_params: int) -> float:
     """Attention FLOPs of one query over one key (scores and weighted values, every layer and
     head), over the FLOPs of one token through the weights (2 x parameters, embedding aside)."""
     cfg = model.config.get_text_config()
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    per_key = 4 * cfg.num_hidden_layers * cfg.num_attention_heads * head_dim
+    per_key = 4 * cfg.num_hidden_layers * cfg.num_attention_heads * _head_dim(cfg)
     return per_key / (2 * (num_params - cfg.vocab_size * cfg.hidden_size))
+
+
+def _head_dim(cfg) -> int:
+    return getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
 
 
 def _as_list(x: int | list[int] | None) -> list[int | None]:
