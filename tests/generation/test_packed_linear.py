@@ -1,0 +1,85 @@
+"""Weights packed once for oneDNN (`sparring.generation.packed_linear`) against `nn.Linear`,
+and the packed SmolLM2 engine's greedy tokens against plain transformers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from transformers import AutoModelForCausalLM
+
+from sparring.generation import packed_linear
+from sparring.generation.base import SamplingParams
+from sparring.generation.hf import HFBackend
+from sparring.generation.stops import trim_reply
+
+pytestmark = pytest.mark.skipif(not packed_linear.available(), reason="no oneDNN in this torch")
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(1, 576), (24, 576), (3, 7, 576)])
+def test_packed_linear_equals_nn_linear(bias, shape):
+    torch.manual_seed(0)
+    linear = nn.Linear(576, 1536, bias=bias)
+    x = torch.randn(*shape)
+    with torch.inference_mode():
+        want = linear(x)
+        got = packed_linear.PackedLinear(linear)(x)
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_pack_linears_swaps_every_fp32_linear_and_keeps_the_logits(tiny_model_dir):
+    plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    packed = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    linears = sum(type(m) is nn.Linear for m in plain.modules())
+    assert packed_linear.pack_linears(packed) == linears > 0
+    assert not any(type(m) is nn.Linear for m in packed.modules())
+    ids = torch.randint(0, plain.config.vocab_size, (2, 20))
+    with torch.inference_mode():
+        torch.testing.assert_close(
+            packed(input_ids=ids).logits, plain(input_ids=ids).logits, atol=1e-4, rtol=1e-4
+        )
+
+
+def test_pack_linears_leaves_other_dtypes_alone():
+    model = nn.Sequential(nn.Linear(8, 8).to(torch.bfloat16), nn.Linear(8, 8))
+    assert packed_linear.pack_linears(model) == 1
+    assert type(model[0]) is nn.Linear and type(model[1]) is packed_linear.PackedLinear
+
+
+def test_packed_smollm2_greedy_tokens_equal_plain_transformers(smollm2_dir):
+    """The real model: the engine (packed weights, `sdpa_gqa`, batched, left-padded) writes
+    the tokens transformers' own `generate` writes with unpacked weights, one prompt at a
+    time."""
+    backend = HFBackend(str(smollm2_dir), device="cpu")
+    assert not any(type(m) is nn.Linear for m in backend.model.modules())
+    tok = backend.tokenizer
+    questions = [
+        "Name three primary colors.",
+        "Reply with one tag: [propose] or [accept].",
+        "What is 12 plus 30? Answer with the number only, then explain in one sentence.",
+    ]
+    prompts = [
+        tok.apply_chat_template(
+            [{"role": "user", "content": q}], add_generation_prompt=True, return_dict=False
+        )
+        for q in questions
+    ]
+    params = SamplingParams(temperature=0.0, max_new_tokens=16)
+    got = [c.token_ids for c in backend.generate(prompts, params)]
+
+    plain = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32).eval()
+    want = []
+    with torch.inference_mode():
+        for prompt in prompts:
+            out = plain.generate(
+                torch.tensor([prompt]),
+                do_sample=False,
+                max_new_tokens=16,
+                eos_token_id=backend.stop_ids,
+                pad_token_id=backend.pad_id,
+            )[0, len(prompt) :].tolist()
+            want.append(trim_reply(out, tok, backend.eos_ids, backend.stop_ids).token_ids)
+    assert got == want
+    assert all(len(t) >= 4 for t in got)  # real replies, not an immediate stop
