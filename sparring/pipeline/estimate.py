@@ -1,13 +1,15 @@
 """How long `sparring run` should take: a rough wall-time estimate printed at the start.
 
 Only for models whose costs per unit below were measured on CPU, from per-task times of one run
-on 2 idle cores: the tiny model (`make run`, 6:59 wall) and SmolLM2-135M-Instruct (a shortened
-`configs/pipeline-smollm2.yaml`: 1 iteration of 32 games, 32 val states, 9:08 wall;
-docs/results.md). Another model or a GPU gets no estimate.
+on 2 idle cores: the tiny model (`make run`: 10:49 wall on a CPU whose matmul probe read 153
+GFLOP/s) and SmolLM2-135M-Instruct (the full `configs/pipeline-smollm2.yaml`: 59:38 wall at
+148 GFLOP/s; docs/results.md). Each cost is scaled to `REFERENCE_MATMUL` by its run's probe.
+Another model or a GPU gets no estimate.
 The rollout and eval costs are per game at the measured per-turn budget (`max_new_tokens`
-times `max_turns`) and scale with it; a policy that ends its games early is faster.
-The costs hold for the CPU they were measured on; `estimate_here` scales them by a one-second
-matmul probe of this machine (a 1.6x slower CPU made every task 1.6-1.8x slower).
+times `max_turns`) and scale with it; a policy that ends its games early is faster (SmolLM2's
+rollout cost is the mean of an untrained and a once-trained iteration: 2.9 and 1.9 s a game).
+`estimate_here` scales the costs by a one-second matmul probe of this machine (a 1.6x slower
+CPU made every task 1.4-1.8x slower).
 """
 
 from __future__ import annotations
@@ -33,9 +35,9 @@ class Costs(NamedTuple):
 
 
 COSTS = {
-    "tiny": Costs(sft=0.085, rollout=0.115, train=0.27, eval=0.06, budget=40 * 8),
+    "tiny": Costs(sft=0.091, rollout=0.14, train=0.295, eval=0.079, budget=40 * 8),
     # loading and saving the 540 MB checkpoint is inside each task's per-game cost
-    "smollm2-135m-instruct": Costs(sft=2.9, rollout=2.7, train=5.7, eval=2.9, budget=48 * 6),
+    "smollm2-135m-instruct": Costs(sft=3.25, rollout=1.65, train=6.3, eval=1.4, budget=48 * 6),
 }
 
 
