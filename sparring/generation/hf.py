@@ -440,6 +440,7 @@ def _key_cost(model: torch.nn.Module, num_params: int) -> float:
 
 
 def _head_dim(cfg) -> int:
+    """Width of one attention head (`head_dim` where the config sets it)."""
     return getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
 
 
