@@ -1,4 +1,4 @@
-"""Does self-play GRPO improve a policy? The whole loop on CPU with fixed seeds.
+"""Does self-play GRPO improve a policy? The whole loop with fixed seeds, on CPU or a GPU.
 
     .venv/bin/python bench/learning.py                 # tiny model, ~20 min on 2 idle cores
     .venv/bin/python bench/learning.py --model smollm2-135m-instruct   # real model, < 90 min
@@ -138,8 +138,13 @@ def warm_start(
 
 
 def memory_options(args: argparse.Namespace) -> dict:
-    """The trainer's LoRA and checkpointing settings (sparring.policy_model)."""
-    return {"lora_rank": args.lora_rank, "gradient_checkpointing": args.gradient_checkpointing}
+    """The trainer's device, weight dtype, LoRA and checkpointing settings (sparring.policy_model)."""
+    return {
+        "lora_rank": args.lora_rank,
+        "gradient_checkpointing": args.gradient_checkpointing,
+        "param_dtype": args.param_dtype,
+        "device": args.device,
+    }
 
 
 def plot(curve: list[dict], path: Path, title: str) -> None:
@@ -209,6 +214,14 @@ def main() -> None:
     ap.add_argument(
         "--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=False
     )
+    ap.add_argument(
+        "--param-dtype",
+        choices=["float32", "bfloat16"],
+        default="float32",
+        help="trained weights' dtype, also the checkpoints'",
+    )
+    ap.add_argument("--device", default="auto", help="cpu, cuda or auto (cuda when available)")
+    ap.add_argument("--batch-size", type=int, default=64, help="rows per generate forward")
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument(
         "--greedy",
@@ -293,7 +306,9 @@ def main() -> None:
         )
 
     warm = bool(args.warm_model or args.sft_states)
-    backend = HFBackend(model, device="cpu")  # the current policy: evaluated, then played
+    backend = HFBackend(
+        model, args.device, args.batch_size
+    )  # the current policy: evaluated, then played
     if warm and args.model != "tiny" and args.zero_shot:  # the base model, before the warm start
         zero_shot = val_metrics(backend, inits["val"], *evals, args.zero_shot_states)
         report({"iteration": -1, **zero_shot})
@@ -301,7 +316,7 @@ def main() -> None:
         model = args.warm_model or warm_start(
             model, train_states[: args.sft_states], game, args, work
         )
-        backend = HFBackend(model, device="cpu")
+        backend = HFBackend(model, args.device, args.batch_size)
     report({"iteration": 0, **val_metrics(backend, inits["val"], *evals)})
     # 3. self-play -> GRPO -> eval
     tcfg = GRPOConfig(
@@ -340,7 +355,7 @@ def main() -> None:
                 "grad_norm": m["train/grad_norm"],
                 "entropy": m.get("train/entropy", float("nan")),
             }
-        backend = HFBackend(model, device="cpu")
+        backend = HFBackend(model, args.device, args.batch_size)
         report(row | val_metrics(backend, inits["val"], *evals))
     print(f"curve and plot: {work / 'learning.json'}, {work / 'learning.png'}")
     start = next(row for row in curve if row["iteration"] == 0)  # where GRPO began

@@ -33,21 +33,22 @@ import argparse
 import json
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 import yaml
 
+from sparring import configs
 from sparring.game_init import GameInitConfig, generate_inits
 from sparring.games import GameSpec, make_game
 from sparring.generation.base import GenerationBackend, SamplingParams
 from sparring.generation.factory import BACKENDS, BackendConfig, make_backend
 from sparring.models import resolve_model
 from sparring.peak_flops import matmul_peak
-from sparring.pipeline.config import CONFIG_DIR
 from sparring.rollout import RolloutConfig, play
 from sparring.tiny_model import init_tiny
 
-GPU_CONFIG = CONFIG_DIR / "pipeline-gpu.yaml"
+GPU_CONFIG = Path(configs.__file__).parent / "pipeline-gpu.yaml"  # no pipeline (mlflow) import
 
 
 def sequential(

@@ -9,7 +9,9 @@ the figure is one forward+backward of `--micro` rows plus the AdamW step and the
 save. Rows are rollout-shaped: 40-token scaffolding and 60-token replies alternating, two
 rewards per group. `--naive-logprobs` swaps in a copy of the old `token_log_probs`, which
 materialised log_softmax over the whole (B, T, V) logits in fp32 and its exp for the entropy.
-The last line is `RESULT train_peak_rss_mb <max RSS of this process in MiB>`.
+The last line is `RESULT train_peak_rss_mb <max RSS of this process in MiB>`. On CUDA
+(`--device cuda`) it is `RESULT train_peak_gpu_mb <torch.cuda.max_memory_allocated in MiB>`, the
+figure tests/test_gpu_memory.py's memory model predicts.
 """
 
 from __future__ import annotations
@@ -67,9 +69,11 @@ def main() -> None:
     ap.add_argument("--gradient-checkpointing", action="store_true")
     ap.add_argument("--lora-rank", type=int, default=0, help="0 = full fine-tuning")
     ap.add_argument("--param-dtype", choices=["float32", "bfloat16"], default="float32")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2, help="CPU threads")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    cuda = args.device.startswith("cuda")
 
     from transformers import AutoConfig
 
@@ -92,7 +96,7 @@ def main() -> None:
         mini_batch_size=args.rows,
         micro_batch_size=args.micro,
         policy=None,
-        device="cpu",
+        device=args.device,
         **extra,
     )
     vocab = AutoConfig.from_pretrained(path).vocab_size
@@ -102,9 +106,12 @@ def main() -> None:
         t0 = time.perf_counter()
         stats = train_mod.train(path, [parquet], Path(tmp) / "out", cfg)
         seconds = time.perf_counter() - t0
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"train step {seconds:.1f} s, loss {stats.metrics['train/loss']:.4f}")
-    print(f"RESULT train_peak_rss_mb {peak_mb:.0f}")
+    if cuda:
+        print(f"RESULT train_peak_gpu_mb {torch.cuda.max_memory_allocated() / 2**20:.0f}")
+    else:
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"RESULT train_peak_rss_mb {peak_mb:.0f}")
 
 
 if __name__ == "__main__":
