@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/learning.py                 # tiny model, ~20 min on 2 idle cores
     .venv/bin/python bench/learning.py --model smollm2-135m-instruct   # real model, < 90 min
+    python bench/learning.py --model smollm2-135m-instruct --device cuda --batch-size 256 \
+        --max-live-games 256 --train-states 32   # a larger setting on one GPU (docs/results.md)
     .venv/bin/python bench/learning.py --iterations 1 --train-states 4 --games-per-init 2 \
         --val-states 4 --sft-states 8 --sft-epochs 1   # smoke size
 
