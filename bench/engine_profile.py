@@ -1,0 +1,149 @@
+"""Where the hf engine's rollout time goes: prefill, decode forwards, KV bookkeeping, sampling.
+
+    .venv/bin/python bench/engine_profile.py --games 32      # CPU, SmolLM2-shaped random model
+    python bench/engine_profile.py --device cuda --games 256 --batch 256
+    .venv/bin/python bench/engine_profile.py --model smollm2-135m-instruct --games 32
+
+Plays seeded matching games (k=3, fixed names, one retry) through `sparring.rollout.play` and
+times `HFBackend`'s own methods, synchronising CUDA around each one, so each figure is the
+device time of that phase. `_prefill` runs forwards and builds caches (`_batch_cache`) itself:
+those are listed under it, and the `_forward` and `_batch_cache` rows count only the calls
+outside it (the decode steps and the decode batch's cache), so the top-level rows add up to
+the wall time less the games' own work. The default model is SmolLM2-135M's shape (30 layers,
+hidden 576, 9 heads over 3 KV heads, MLP 1536) with random weights and the tiny model's
+1650-token vocabulary. It needs no download, and since no reply stops early, every row decodes
+all `--max-new-tokens` steps. Ends with `RESULT engine_decode_ms_per_step <ms>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import tempfile
+import time
+from collections import Counter
+
+import torch
+
+from sparring.game_init import GameInitConfig, generate_inits
+from sparring.games import GameSpec
+from sparring.generation import hf
+from sparring.generation.base import SamplingParams
+from sparring.models import resolve_model
+from sparring.rollout import RolloutConfig, play
+from sparring.tiny_model import TinyModelConfig, init_tiny
+
+SMOLLM2_SHAPE = TinyModelConfig(
+    hidden_size=576, num_layers=30, num_heads=9, num_kv_heads=3, intermediate_size=1536
+)
+PHASES = ["_prefill", "_forward", "_batch_cache", "_store", "_lookup", "_completion"]
+
+
+def timed(owner, name: str, seconds: Counter, calls: Counter, device: torch.device) -> None:
+    """Replace `owner.name` by a wrapper adding its synchronised wall time to `seconds[name]`
+    (outermost calls only: `_prefill` calls itself for shared prefixes)."""
+    fn = getattr(owner, name)
+    sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
+    depth = [0]
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if depth[0]:
+            return fn(*args, **kwargs)
+        sync()
+        t0 = time.perf_counter()
+        depth[0] += 1
+        try:
+            out = fn(*args, **kwargs)
+        finally:
+            depth[0] -= 1
+        sync()
+        seconds[name] += time.perf_counter() - t0
+        calls[name] += 1
+        return out
+
+    setattr(owner, name, wrapper)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--model", help="a model ref (default: a SmolLM2-shaped random model)")
+    ap.add_argument("--device", default="auto", help="cpu, cuda or auto")
+    ap.add_argument("--games", type=int, default=32)
+    ap.add_argument("--max-turns", type=int, default=4)
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--batch", type=int, default=64, help="rows per forward (max_batch_size)")
+    args = ap.parse_args()
+
+    model = (
+        resolve_model(args.model)
+        if args.model
+        else str(init_tiny(tempfile.mkdtemp(), SMOLLM2_SHAPE))
+    )
+    backend = hf.HFBackend(model, device=args.device, max_batch_size=args.batch)
+    seconds, calls = Counter(), Counter()
+    in_prefill, in_prefill_calls = Counter(), Counter()  # the part of each phase inside prefill
+    for name in PHASES:
+        timed(hf.HFBackend, name, seconds, calls, backend.device)
+    timed(hf, "sample_tokens", seconds, calls, backend.device)
+    prefill = hf.HFBackend._prefill
+    inside = [False]
+
+    @functools.wraps(prefill)
+    def counted_prefill(self, *a, **k):
+        if inside[0]:
+            return prefill(self, *a, **k)
+        before, before_calls = seconds.copy(), calls.copy()
+        inside[0] = True
+        try:
+            return prefill(self, *a, **k)
+        finally:
+            inside[0] = False
+            in_prefill.update(seconds - before)
+            in_prefill_calls.update(calls - before_calls)
+
+    hf.HFBackend._prefill = counted_prefill
+
+    params = {"k": 3, "max_turns": args.max_turns, "random_names": False, "max_retries": 1}
+    game = GameSpec(params=params)
+    df = generate_inits(GameInitConfig(game=game, num_train=args.games, num_val=0), progress=False)
+    inits = [(r.init_id, json.loads(r.state)) for r in df.itertuples()]
+    sampling = SamplingParams(temperature=0.7, max_new_tokens=args.max_new_tokens, seed=0)
+    cfg = RolloutConfig(game=game, sampling=sampling, max_batch_size=args.batch)
+    t0 = time.perf_counter()
+    result = play(inits, {"policy": backend}, cfg, progress=False)
+    wall = time.perf_counter() - t0
+
+    print(
+        f"{backend.device}: {args.games} games x {args.max_turns} turns x {args.max_new_tokens} "
+        f"tokens, {args.batch} rows per forward: {wall:.1f} s wall, {result.generate_calls} "
+        f"generate calls, {backend.generated_tokens} generated + {backend.prefilled_tokens} "
+        "prefilled tokens"
+    )
+
+    def outside(name: str) -> tuple[str, float, int]:
+        return name, seconds[name] - in_prefill[name], calls[name] - in_prefill_calls[name]
+
+    rows = [
+        ("prefill, all of it", seconds["_prefill"], calls["_prefill"]),
+        ("  its forwards", in_prefill["_forward"], in_prefill_calls["_forward"]),
+        ("  its _batch_cache", in_prefill["_batch_cache"], in_prefill_calls["_batch_cache"]),
+        outside("_forward"),  # the decode steps
+        outside("_batch_cache"),  # the decode batch's cache
+        ("sample_tokens", seconds["sample_tokens"], calls["sample_tokens"]),
+        ("_store", seconds["_store"], calls["_store"]),
+        ("_lookup", seconds["_lookup"], calls["_lookup"]),
+        ("_completion", seconds["_completion"], calls["_completion"]),
+    ]
+    print(f"{'phase':28s} {'seconds':>8s} {'share':>6s} {'calls':>6s} {'ms/call':>8s}")
+    for name, s, n in rows:
+        print(f"{name:28s} {s:8.2f} {s / wall:6.2f} {n:6d} {1000 * s / max(n, 1):8.2f}")
+    _, decode_s, decode_n = outside("_forward")
+    print(f"RESULT engine_decode_ms_per_step {1000 * decode_s / max(decode_n, 1):.2f}")
+
+
+if __name__ == "__main__":
+    main()
