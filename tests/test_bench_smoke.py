@@ -153,3 +153,19 @@ def test_learning_bench_real_model(smollm2_dir, tmp_path):
     saved = json.loads((tmp_path / "learning.json").read_text())
     assert [row["iteration"] for row in saved["curve"]] == [-1, 0, 1]  # zero-shot, start, GRPO
     assert saved["args"]["lora_rank"] == 16  # the real model's defaults apply
+
+
+def test_engine_profile_rows_add_up_to_the_wall_time(tiny_model_dir):
+    """Prefill's own forwards and caches are listed under it, not counted twice: the top-level
+    phases sum to at most the wall time."""
+    lines = bench_output(
+        "engine_profile.py",
+        *("--model", str(tiny_model_dir), "--games", "4", "--max-turns", "2"),
+        *("--max-new-tokens", "8", "--device", "cpu"),
+    )
+    wall = float(lines[0].split(" s wall")[0].rsplit(" ", 1)[1])
+    table = lines[lines.index(next(line for line in lines if line.startswith("phase"))) + 1 : -1]
+    top = [float(line[28:].split()[0]) for line in table if not line.startswith("  ")]
+    assert len(top) == 7 and 0.5 * wall < sum(top) <= 1.01 * wall + 0.01, (wall, table)
+    name, value = lines[-1].split()[1:]
+    assert name == "engine_decode_ms_per_step" and float(value) > 0
