@@ -308,9 +308,8 @@ def main() -> None:
         )
 
     warm = bool(args.warm_model or args.sft_states)
-    backend = HFBackend(
-        model, args.device, args.batch_size
-    )  # the current policy: evaluated, then played
+    # the current policy: evaluated, then played
+    backend = HFBackend(model, args.device, args.batch_size)
     if warm and args.model != "tiny" and args.zero_shot:  # the base model, before the warm start
         zero_shot = val_metrics(backend, inits["val"], *evals, args.zero_shot_states)
         report({"iteration": -1, **zero_shot})
