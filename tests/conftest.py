@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+# `make test` runs 2 pytest-xdist workers, one file per worker at a time (`--dist loadfile`, so a
+# module's fixtures are built once): one torch thread each, and for their subprocesses.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="session")
