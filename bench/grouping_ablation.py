@@ -5,9 +5,12 @@ grouping by initial state (standard per-prompt grouping) or one batch-wide group
     .venv/bin/python bench/grouping_ablation.py --selfplay --train 8 --seeds 1   # self-play
     .venv/bin/python bench/grouping_ablation.py --iters 1 --train 7 --val 1 --warm 1 \
         --warm-epochs 1 --seeds 1 --eval-samples 1              # smoke
+    python bench/grouping_ablation.py --model smollm2-135m-instruct --device cuda \
+        --lora-rank 16 --warm-lr 1e-3 --warm-epochs 1 --lr 2e-4   # a real model, on a GPU
 
 Steps:
-  1. a tiny model, warm-started by SFT on greedy-bot self-play (so it writes orders at all)
+  1. a model (`--model`: the tiny one, built here, or any model ref such as
+     smollm2-135m-instruct), warm-started by SFT on greedy-bot self-play (so it writes orders)
   2. for each training seed and each group key (country, init, batch), from that same
      checkpoint with the same seeds: `iters` rounds of rollout -> GRPO update
      (`seq-mean-token-mean` loss by default). Each rollout seats the learner in one country
@@ -42,6 +45,7 @@ from sparring.games.diplomacy import ROLES, DiplomacyGame
 from sparring.games.diplomacy.report import vs_bots
 from sparring.generation.base import SamplingParams
 from sparring.generation.hf import HFBackend
+from sparring.models import resolve_model
 from sparring.opponents import DifficultyConfig, DifficultySchedule, plan_seats
 from sparring.rollout import RolloutConfig
 from sparring.sft import SFTConfig
@@ -61,15 +65,23 @@ def inits_of(split: str, n: int, params: dict, seed: int) -> list[tuple[str, dic
     return [(r.init_id, json.loads(r.state)) for r in generate_inits(cfg, False).itertuples()]
 
 
-def warm_start(work: Path, params: dict, n: int, epochs: int) -> Path:
-    """1. SFT a fresh tiny model on greedy bots playing every seat."""
-    tiny = init_tiny(work / "tiny")
+def trainer_options(args) -> dict:
+    """Device, LoRA and batch sizes shared by the warm start's SFT and every GRPO update."""
+    return {
+        "device": args.device,
+        "lora_rank": args.lora_rank,
+        "mini_batch_size": 16,
+        "micro_batch_size": 8,
+    }
+
+
+def warm_start(work: Path, params: dict, args) -> Path:
+    """1. SFT the model (`--model`; tiny: a fresh one) on greedy bots playing every seat."""
+    model = init_tiny(work / "tiny") if args.model == "tiny" else resolve_model(args.model)
     rcfg = RolloutConfig(game=GameSpec(name="diplomacy", params=params))
-    sft_cfg = SFTConfig(
-        lr=3e-3, epochs=epochs, mini_batch_size=16, micro_batch_size=8, device="cpu"
-    )
-    states = inits_of("train", n, params, seed=1)
-    return recipe.warm_start(tiny, rcfg, "greedy", states, work / "warm", sft_cfg).out_dir
+    sft_cfg = SFTConfig(lr=args.warm_lr, epochs=args.warm_epochs, **trainer_options(args))
+    states = inits_of("train", args.warm, params, seed=1)
+    return recipe.warm_start(model, rcfg, "greedy", states, work / "warm", sft_cfg).out_dir
 
 
 def run_key(key: str, seed: int, warm: Path, work: Path, args, params: dict, train_inits) -> Path:
@@ -92,7 +104,7 @@ def run_key(key: str, seed: int, warm: Path, work: Path, args, params: dict, tra
             sampling=sampling,
         )
         policies = {
-            "policy": HFBackend(str(model), device="cpu"),
+            "policy": HFBackend(str(model), device=args.device),
             "greedy": DiplomacyGame.make_agent("greedy"),
         }
         played = recipe.self_play(train_inits, policies, rcfg, out / f"rollout-{it}", plan)
@@ -100,10 +112,8 @@ def run_key(key: str, seed: int, warm: Path, work: Path, args, params: dict, tra
             group_key=key,
             lr=args.lr,
             loss_agg_mode=args.loss_agg_mode,
-            mini_batch_size=16,
-            micro_batch_size=8,
-            device="cpu",
             seed=seed * 1000 + it,
+            **trainer_options(args),
         )
         update = recipe.grpo_step(model, played.paths["samples"], out / f"iter-{it}", tcfg)
         model = update.out_dir
@@ -124,7 +134,7 @@ def evaluate_vs_greedy(model: Path, val_inits, params: dict, args) -> np.ndarray
     plays = [
         (f"{init_id}~{k}", state) for init_id, state in val_inits for k in range(args.eval_samples)
     ]
-    _, eps = vs_bots(HFBackend(str(model), device="cpu"), plays, cfg, False, ["greedy"])
+    _, eps = vs_bots(HFBackend(str(model), device=args.device), plays, cfg, False, ["greedy"])
     return np.array([e.rewards[e.seat_policies.index("policy")] for e in eps])
 
 
@@ -150,6 +160,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    ap.add_argument("--model", default="tiny", help="tiny, or a model ref: named, hub, path")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    ap.add_argument("--lora-rank", type=int, default=0, help="> 0: train LoRA adapters only")
     ap.add_argument("--iters", type=int, default=4, help="rollout + update rounds per key")
     ap.add_argument("--seeds", type=int, default=2, help="training runs per key (seeds 0..n-1)")
     ap.add_argument("--train", type=int, default=28, help="train states per round")
@@ -165,6 +178,7 @@ def main() -> None:
     )
     ap.add_argument("--warm", type=int, default=16, help="greedy self-play games for SFT")
     ap.add_argument("--warm-epochs", type=int, default=3)
+    ap.add_argument("--warm-lr", type=float, default=3e-3, help="the warm start's SFT lr")
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--out", type=Path, help="work dir (default: a temp dir)")
@@ -172,7 +186,7 @@ def main() -> None:
 
     work = args.out or Path(tempfile.mkdtemp(prefix="sparring-ablation-"))
     params = {"horizon": 1, "press": False, "stages": ["opening"]}  # one game year
-    warm = warm_start(work, params, args.warm, args.warm_epochs)
+    warm = warm_start(work, params, args)
     train_inits = inits_of("train", args.train, params, seed=2)
     val_inits = inits_of("val", args.val, params, seed=2)
     results = {"warm start": evaluate_vs_greedy(warm, val_inits, params, args)}

@@ -63,10 +63,12 @@ def test_diplomacy_rollout_bench(tiny_model_dir):
     assert name == "diplomacy_speedup" and float(value) > 0
 
 
-def test_grouping_ablation_bench(tmp_path):
+def test_grouping_ablation_bench(tiny_model_dir, tmp_path):
+    """At smoke size, from a model ref (a path here) with LoRA adapters (`--lora-rank`)."""
     pytest.importorskip("diplomacy")
     last = run_bench(
         "grouping_ablation.py",
+        *("--model", str(tiny_model_dir), "--lora-rank", "4"),
         "--iters",
         "1",
         "--train",
