@@ -171,3 +171,24 @@ def test_engine_profile_rows_add_up_to_the_wall_time(tiny_model_dir):
     assert len(top) == 7 and 0.5 * wall < sum(top) <= 1.01 * wall + 0.01, (wall, table)
     name, value = lines[-1].split()[1:]
     assert name == "engine_decode_ms_per_step" and float(value) > 0
+
+
+@pytest.mark.parametrize(
+    "script", ["rollout.py", "learning.py", "train_memory.py", "engine_profile.py"]
+)
+def test_model_benches_do_not_import_the_mlops_stack(script):
+    """The benches a GPU machine runs need torch, transformers and verl, not MLflow or kfp (an
+    H100 without them could not run `bench/rollout.py` while it imported the pipeline config)."""
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = [{script!r}, '--help']\n"
+        "try:\n"
+        f"    runpy.run_path({str(ROOT / 'bench' / script)!r}, run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted(m for m in ('mlflow', 'kfp') if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert out.stdout.strip().splitlines()[-1] == "[]"
