@@ -131,7 +131,7 @@ def warm_start(
         mini_batch_size=16,
         micro_batch_size=args.micro_batch,
         lr_schedule="cosine",
-        **memory_options(args),
+        **trainer_options(args),
     )
     agent = game.cls.default_opponent
     warm = recipe.warm_start(model, RolloutConfig(game=game), agent, states, work / "iter-0", cfg)
@@ -139,7 +139,7 @@ def warm_start(
     return str(warm.out_dir)
 
 
-def memory_options(args: argparse.Namespace) -> dict:
+def trainer_options(args: argparse.Namespace) -> dict:
     """The trainer's device, weight dtype, LoRA and checkpointing settings (sparring.policy_model)."""
     return {
         "lora_rank": args.lora_rank,
@@ -328,7 +328,7 @@ def main() -> None:
         micro_batch_size=args.micro_batch,
         kl_coef=args.kl_coef,
         loss_agg_mode=args.loss_agg_mode,
-        **memory_options(args),
+        **trainer_options(args),
     )
     shaped = {**rules, "invalid_penalty": args.invalid_penalty}  # eval stays unshaped
     for it in range(1, args.iterations + 1):

@@ -33,12 +33,11 @@ import argparse
 import json
 import tempfile
 import time
-from pathlib import Path
 
 import torch
 import yaml
+from sparring.configs import CONFIG_DIR
 
-from sparring import configs
 from sparring.game_init import GameInitConfig, generate_inits
 from sparring.games import GameSpec, make_game
 from sparring.generation.base import GenerationBackend, SamplingParams
@@ -48,7 +47,7 @@ from sparring.peak_flops import matmul_peak
 from sparring.rollout import RolloutConfig, play
 from sparring.tiny_model import init_tiny
 
-GPU_CONFIG = Path(configs.__file__).parent / "pipeline-gpu.yaml"  # no pipeline (mlflow) import
+GPU_CONFIG = CONFIG_DIR / "pipeline-gpu.yaml"
 
 
 def sequential(

@@ -19,7 +19,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from sparring import __version__, configs
+from sparring import __version__
+from sparring.configs import CONFIG_DIR
 from sparring.evaluate import EvalConfig
 from sparring.game_init import GameInitConfig
 from sparring.games import GameSpec
@@ -35,7 +36,6 @@ IMAGE_REPOSITORY = "ghcr.io/sparring/sparring"
 IMAGE = f"{IMAGE_REPOSITORY}:{__version__}-cpu"
 GPU_IMAGE = f"{IMAGE_REPOSITORY}:{__version__}-gpu"
 
-CONFIG_DIR = Path(configs.__file__).parent  # the repo's configs/, installed as sparring.configs
 DEFAULT_CONFIG = CONFIG_DIR / "pipeline.yaml"
 
 
