@@ -40,30 +40,40 @@ SMOLLM2_SHAPE = TinyModelConfig(
 PHASES = ["_prefill", "_forward", "_batch_cache", "_store", "_lookup", "_completion"]
 
 
-def timed(owner, name: str, seconds: Counter, calls: Counter, device: torch.device) -> None:
-    """Replace `owner.name` by a wrapper adding its synchronised wall time to `seconds[name]`
-    (outermost calls only: `_prefill` calls itself for shared prefixes)."""
-    fn = getattr(owner, name)
-    sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
-    depth = [0]
+class PhaseTimer:
+    """Synchronised wall time and call count of wrapped methods, keyed by (the outermost timed
+    call they run inside, or "", their name). A method calling itself counts once."""
 
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        if depth[0]:
-            return fn(*args, **kwargs)
-        sync()
-        t0 = time.perf_counter()
-        depth[0] += 1
-        try:
-            out = fn(*args, **kwargs)
-        finally:
-            depth[0] -= 1
-        sync()
-        seconds[name] += time.perf_counter() - t0
-        calls[name] += 1
-        return out
+    def __init__(self, device: torch.device) -> None:
+        self.sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        self.seconds: Counter = Counter()
+        self.calls: Counter = Counter()
+        self.stack: list[str] = []  # the timed calls in progress, outermost first
 
-    setattr(owner, name, wrapper)
+    def wrap(self, owner, name: str) -> None:
+        """Replace `owner.name` by a timed wrapper."""
+        fn = getattr(owner, name)
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            if name in self.stack:
+                return fn(*args, **kwargs)
+            key = (self.stack[0] if self.stack else "", name)
+            self.sync()
+            t0 = time.perf_counter()
+            self.stack.append(name)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.stack.pop()
+                self.sync()
+                self.seconds[key] += time.perf_counter() - t0
+                self.calls[key] += 1
+
+        setattr(owner, name, wrapper)
+
+    def row(self, label: str, parent: str, name: str) -> tuple[str, float, int]:
+        return label, self.seconds[parent, name], self.calls[parent, name]
 
 
 def main() -> None:
@@ -84,28 +94,10 @@ def main() -> None:
         else str(init_tiny(tempfile.mkdtemp(), SMOLLM2_SHAPE))
     )
     backend = hf.HFBackend(model, device=args.device, max_batch_size=args.batch)
-    seconds, calls = Counter(), Counter()
-    in_prefill, in_prefill_calls = Counter(), Counter()  # the part of each phase inside prefill
+    timer = PhaseTimer(backend.device)
     for name in PHASES:
-        timed(hf.HFBackend, name, seconds, calls, backend.device)
-    timed(hf, "sample_tokens", seconds, calls, backend.device)
-    prefill = hf.HFBackend._prefill
-    inside = [False]
-
-    @functools.wraps(prefill)
-    def counted_prefill(self, *a, **k):
-        if inside[0]:
-            return prefill(self, *a, **k)
-        before, before_calls = seconds.copy(), calls.copy()
-        inside[0] = True
-        try:
-            return prefill(self, *a, **k)
-        finally:
-            inside[0] = False
-            in_prefill.update(seconds - before)
-            in_prefill_calls.update(calls - before_calls)
-
-    hf.HFBackend._prefill = counted_prefill
+        timer.wrap(hf.HFBackend, name)
+    timer.wrap(hf, "sample_tokens")
 
     params = {"k": 3, "max_turns": args.max_turns, "random_names": False, "max_retries": 1}
     game = GameSpec(params=params)
@@ -119,29 +111,26 @@ def main() -> None:
 
     print(
         f"{backend.device}: {args.games} games x {args.max_turns} turns x {args.max_new_tokens} "
-        f"tokens, {args.batch} rows per forward: {wall:.1f} s wall, {result.generate_calls} "
+        f"tokens, {args.batch} rows per forward: {wall:.2f} s wall, {result.generate_calls} "
         f"generate calls, {backend.generated_tokens} generated + {backend.prefilled_tokens} "
         "prefilled tokens"
     )
 
-    def outside(name: str) -> tuple[str, float, int]:
-        return name, seconds[name] - in_prefill[name], calls[name] - in_prefill_calls[name]
-
     rows = [
-        ("prefill, all of it", seconds["_prefill"], calls["_prefill"]),
-        ("  its forwards", in_prefill["_forward"], in_prefill_calls["_forward"]),
-        ("  its _batch_cache", in_prefill["_batch_cache"], in_prefill_calls["_batch_cache"]),
-        outside("_forward"),  # the decode steps
-        outside("_batch_cache"),  # the decode batch's cache
-        ("sample_tokens", seconds["sample_tokens"], calls["sample_tokens"]),
-        ("_store", seconds["_store"], calls["_store"]),
-        ("_lookup", seconds["_lookup"], calls["_lookup"]),
-        ("_completion", seconds["_completion"], calls["_completion"]),
+        timer.row("prefill, all of it", "", "_prefill"),
+        timer.row("  its forwards", "_prefill", "_forward"),
+        timer.row("  its _batch_cache", "_prefill", "_batch_cache"),
+        timer.row("_forward", "", "_forward"),  # the decode steps
+        timer.row("_batch_cache", "", "_batch_cache"),  # the decode batch's cache
+        *(
+            timer.row(name, "", name)
+            for name in ("sample_tokens", "_store", "_lookup", "_completion")
+        ),
     ]
     print(f"{'phase':28s} {'seconds':>8s} {'share':>6s} {'calls':>6s} {'ms/call':>8s}")
     for name, s, n in rows:
         print(f"{name:28s} {s:8.2f} {s / wall:6.2f} {n:6d} {1000 * s / max(n, 1):8.2f}")
-    _, decode_s, decode_n = outside("_forward")
+    _, decode_s, decode_n = timer.row("", "", "_forward")
     print(f"RESULT engine_decode_ms_per_step {1000 * decode_s / max(decode_n, 1):.2f}")
 
 
