@@ -3,9 +3,9 @@ grouping by initial state (standard per-prompt grouping) or one batch-wide group
 
     .venv/bin/python bench/grouping_ablation.py                 # about 20 minutes on 2 cores
     .venv/bin/python bench/grouping_ablation.py --selfplay --train 8 --seeds 1   # self-play
-    .venv/bin/python bench/grouping_ablation.py --iters 1 --train 7 --val 1 --warm 1 \
+    .venv/bin/python bench/grouping_ablation.py --iters 1 --train 7 --val 1 --warm 1 \\
         --warm-epochs 1 --seeds 1 --eval-samples 1              # smoke
-    python bench/grouping_ablation.py --model smollm2-135m-instruct --device cuda \
+    python bench/grouping_ablation.py --model smollm2-135m-instruct --device cuda \\
         --lora-rank 16 --warm-lr 1e-3 --warm-epochs 1 --lr 2e-4   # a real model, on a GPU
 
 Steps:

@@ -2,9 +2,9 @@
 
     .venv/bin/python bench/learning.py                 # tiny model, ~20 min on 2 idle cores
     .venv/bin/python bench/learning.py --model smollm2-135m-instruct   # real model, < 90 min
-    python bench/learning.py --model smollm2-135m-instruct --device cuda --batch-size 256 \
+    python bench/learning.py --model smollm2-135m-instruct --device cuda --batch-size 256 \\
         --max-live-games 256 --train-states 32   # a larger setting on one GPU (docs/results.md)
-    .venv/bin/python bench/learning.py --iterations 1 --train-states 4 --games-per-init 2 \
+    .venv/bin/python bench/learning.py --iterations 1 --train-states 4 --games-per-init 2 \\
         --val-states 4 --sft-states 8 --sft-epochs 1   # smoke size
 
 1. the model: the tiny one (built here, random weights) or any model ref (`--model`: a named

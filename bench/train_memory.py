@@ -1,7 +1,7 @@
 """Peak memory (max RSS) of one GRPO update, `sparring.train.train`, on a real-size model.
 
     .venv/bin/python bench/train_memory.py --model smollm2-135m-instruct   # 8 x 512 tokens
-    /usr/bin/time -v .venv/bin/python bench/train_memory.py --model smollm2-135m-instruct \
+    /usr/bin/time -v .venv/bin/python bench/train_memory.py --model smollm2-135m-instruct \\
         --naive-logprobs              # the pre-#17 path: full fp32 (B, T, V) log-softmax
 
 One mini-batch, one epoch (on-policy: the old log-probs come from the step's own forward), so
