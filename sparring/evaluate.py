@@ -1,6 +1,6 @@
 """Evaluate a checkpoint on held-out games in three modes, per role.
 
-    sparring evaluate --model runs/iter-2/model --inits runs/inits/val.parquet \
+    sparring evaluate --model runs/iter-2/model --inits runs/inits/val.parquet \\
         --previous runs/iter-1/model --out runs/iter-2/eval
 
 Modes (each a batched rollout of the val states):

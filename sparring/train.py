@@ -1,6 +1,6 @@
 """GRPO training on rollout samples, with verl's advantage and loss functions.
 
-    sparring train --model runs/iter-1/model --samples runs/iter-1/rollout/samples.parquet \
+    sparring train --model runs/iter-1/model --samples runs/iter-1/rollout/samples.parquet \\
         --out runs/iter-2/model --group-key init
 
 Steps (numbered as in the code):

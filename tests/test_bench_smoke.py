@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import json
 import subprocess
 import sys
@@ -194,13 +193,3 @@ def test_model_benches_do_not_import_the_mlops_stack(script):
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
     )
     assert out.stdout.strip().splitlines()[-1] == "[]"
-
-
-@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "bench").glob("*.py")))
-def test_bench_usage_keeps_its_line_breaks(script):
-    """A bench's docstring is its `--help` text: a command continued with a single `\\` at the
-    end of a line would lose that line break (and print as one line with a gap)."""
-    tree = ast.parse((ROOT / "bench" / script).read_text())
-    node = tree.body[0].value
-    assert isinstance(node, ast.Constant) and isinstance(node.value, str), "no module docstring"
-    assert node.value.count("\n") == node.end_lineno - node.lineno

@@ -1,7 +1,7 @@
 """Diplomacy evaluation: the policy against each scripted bot, seated in each country in turn.
 
     sparring game-init --game diplomacy --param horizon=2 --train 0 --val 4 --out runs/dip-inits
-    sparring evaluate --game diplomacy --param horizon=2 --model runs/tiny \
+    sparring evaluate --game diplomacy --param horizon=2 --model runs/tiny \\
         --inits runs/dip-inits/val.parquet --modes vs_scripted --out runs/dip-eval
 
 `evaluate` calls `vs_bots` (through `DiplomacyGame.scripted_eval`) for its vs_scripted mode. Every
