@@ -12,7 +12,13 @@ outside it (the decode steps and the decode batch's cache), so the top-level row
 the wall time less the games' own work. The default model is SmolLM2-135M's shape (30 layers,
 hidden 576, 9 heads over 3 KV heads, MLP 1536) with random weights and the tiny model's
 1650-token vocabulary. It needs no download, and since no reply stops early, every row decodes
-all `--max-new-tokens` steps. Ends with `RESULT engine_decode_ms_per_step <ms>`.
+all `--max-new-tokens` steps.
+
+Then the decode steps by batch size: rows leave a call's batch as their replies end, so a call's
+last steps run few rows at nearly the cost of many. A line fitted to step time against rows
+models the decode if every step ran the largest batch seen (what continuous batching, which
+admits the next turns' rows as others finish, would approach). Ends with
+`RESULT engine_decode_ms_per_step <ms>`.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import tempfile
 import time
 from collections import Counter
 
+import numpy as np
 import torch
 
 from sparring.game_init import GameInitConfig, generate_inits
@@ -49,9 +56,11 @@ class PhaseTimer:
         self.seconds: Counter = Counter()
         self.calls: Counter = Counter()
         self.stack: list[str] = []  # the timed calls in progress, outermost first
+        self.sizes: list[tuple[int, float]] = []  # (size, seconds) of sized top-level calls
 
-    def wrap(self, owner, name: str) -> None:
-        """Replace `owner.name` by a timed wrapper."""
+    def wrap(self, owner, name: str, size=None) -> None:
+        """Replace `owner.name` by a timed wrapper; `size(*args, **kwargs)`, if given, records
+        each top-level call's size with its time in `sizes`."""
         fn = getattr(owner, name)
 
         @functools.wraps(fn)
@@ -67,8 +76,11 @@ class PhaseTimer:
             finally:
                 self.stack.pop()
                 self.sync()
-                self.seconds[key] += time.perf_counter() - t0
+                dt = time.perf_counter() - t0
+                self.seconds[key] += dt
                 self.calls[key] += 1
+                if size is not None and not self.stack:
+                    self.sizes.append((size(*args, **kwargs), dt))
 
         setattr(owner, name, wrapper)
 
@@ -95,8 +107,9 @@ def main() -> None:
     )
     backend = hf.HFBackend(model, device=args.device, max_batch_size=args.batch)
     timer = PhaseTimer(backend.device)
-    for name in PHASES:
-        timer.wrap(hf.HFBackend, name)
+    for name in PHASES:  # a top-level _forward is one decode step: record its rows
+        rows = (lambda self, **kw: kw["input_ids"].shape[0]) if name == "_forward" else None
+        timer.wrap(hf.HFBackend, name, size=rows)
     timer.wrap(hf, "sample_tokens")
 
     params = {"k": 3, "max_turns": args.max_turns, "random_names": False, "max_retries": 1}
@@ -131,7 +144,33 @@ def main() -> None:
     for name, s, n in rows:
         print(f"{name:28s} {s:8.2f} {s / wall:6.2f} {n:6d} {1000 * s / max(n, 1):8.2f}")
     _, decode_s, decode_n = timer.row("", "", "_forward")
+    decode_by_batch(timer.sizes)
     print(f"RESULT engine_decode_ms_per_step {1000 * decode_s / max(decode_n, 1):.2f}")
+
+
+def decode_by_batch(steps: list[tuple[int, float]]) -> None:
+    """Print decode steps bucketed by rows, and the decode time modelled at the largest batch."""
+    if not steps:
+        return
+    rows, secs = np.array([r for r, _ in steps]), np.array([s for _, s in steps])
+    top = int(rows.max())
+    width = max(1, -(-top // 8))  # eight buckets at most
+    print(f"{'decode rows':28s} {'seconds':>8s} {'steps':>6s} {'ms/step':>8s}")
+    for lo in range(0, top + 1, width):
+        pick = (rows >= lo) & (rows < lo + width)
+        if pick.any():
+            label = f"{lo}-{lo + width - 1}" if width > 1 else str(lo)
+            n, s = int(pick.sum()), float(secs[pick].sum())
+            print(f"{label:28s} {s:8.2f} {n:6d} {1000 * s / n:8.2f}")
+    full = -(-int(rows.sum()) // top)  # steps if every one ran `top` rows
+    if len(set(rows.tolist())) > 1:
+        slope, fixed = np.polyfit(rows, secs, 1)
+        modelled = full * (fixed + slope * top)
+        print(
+            f"step time ~ {1000 * fixed:.1f} ms + {1000 * slope:.2f} ms per row; "
+            f"{int(rows.sum())} row-steps at {top} rows ({full} steps): ~{modelled:.2f} s "
+            f"modelled against {secs.sum():.2f} s measured"
+        )
 
 
 if __name__ == "__main__":

@@ -166,10 +166,15 @@ def test_engine_profile_rows_add_up_to_the_wall_time(tiny_model_dir):
         *("--max-new-tokens", "8", "--device", "cpu"),
     )
     wall = float(lines[0].split(" s wall")[0].rsplit(" ", 1)[1])
-    table = lines[lines.index(next(line for line in lines if line.startswith("phase"))) + 1 : -1]
+    start = next(i for i, line in enumerate(lines) if line.startswith("phase"))
+    by_rows = next(i for i, line in enumerate(lines) if line.startswith("decode rows"))
+    table = lines[start + 1 : by_rows]
     top = [float(line[28:].split()[0]) for line in table if not line.startswith("  ")]
     rounding = 0.005 * (len(top) + 1)  # every figure is printed to 2 decimals
     assert len(top) == 7 and 0.5 * wall < sum(top) <= 1.01 * wall + rounding, (wall, table)
+    decode_calls = int(next(line for line in table if line.startswith("_forward")).split()[3])
+    buckets = [line for line in lines[by_rows + 1 : -1] if not line.startswith("step time")]
+    assert sum(int(line[28:].split()[1]) for line in buckets) == decode_calls, lines[by_rows:]
     name, value = lines[-1].split()[1:]
     assert name == "engine_decode_ms_per_step" and float(value) > 0
 
