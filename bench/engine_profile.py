@@ -1,7 +1,7 @@
 """Where the hf engine's rollout time goes: prefill, decode forwards, KV bookkeeping, sampling.
 
     .venv/bin/python bench/engine_profile.py --games 32      # CPU, SmolLM2-shaped random model
-    python bench/engine_profile.py --device cuda --games 256 --batch 256
+    python bench/engine_profile.py --device cuda --games 128 --batch 256
     .venv/bin/python bench/engine_profile.py --model smollm2-135m-instruct --games 32
 
 Plays seeded matching games (k=3, fixed names, one retry) through `sparring.rollout.play` and
@@ -16,9 +16,10 @@ all `--max-new-tokens` steps.
 
 Then the decode steps by batch size: rows leave a call's batch as their replies end, so a call's
 last steps run few rows at nearly the cost of many. A line fitted to step time against rows
-models the decode if every step ran the largest batch seen (what continuous batching, which
-admits the next turns' rows as others finish, would approach). Ends with
-`RESULT engine_decode_ms_per_step <ms>`.
+models the decode if every step ran the largest batch seen: a bound on what any scheduler
+could save, since a game's turns are sequential and its longest chain of replies runs at
+whatever batch is left (continuous batching, measured, saved 7% of the steps; docs/results.md).
+Ends with `RESULT engine_decode_ms_per_step <ms>`.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def main() -> None:
     )
     ap.add_argument("--model", help="a model ref (default: a SmolLM2-shaped random model)")
     ap.add_argument("--device", default="auto", help="cpu, cuda or auto")
-    ap.add_argument("--games", type=int, default=32)
+    ap.add_argument("--games", type=int, default=32, help="initial states, each played twice")
     ap.add_argument("--max-turns", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--batch", type=int, default=64, help="rows per forward (max_batch_size)")
@@ -123,7 +124,8 @@ def main() -> None:
     wall = time.perf_counter() - t0
 
     print(
-        f"{backend.device}: {args.games} games x {args.max_turns} turns x {args.max_new_tokens} "
+        f"{backend.device}: {len(result.episodes)} games ({args.games} states x "
+        f"{cfg.games_per_init}) x {args.max_turns} turns x {args.max_new_tokens} "
         f"tokens, {args.batch} rows per forward: {wall:.2f} s wall, {result.generate_calls} "
         f"generate calls, {backend.generated_tokens} generated + {backend.prefilled_tokens} "
         "prefilled tokens"
