@@ -164,8 +164,8 @@ def decode_by_batch(steps: list[tuple[int, float]]) -> None:
             label = f"{lo}-{lo + width - 1}" if width > 1 else str(lo)
             n, s = int(pick.sum()), float(secs[pick].sum())
             print(f"{label:28s} {s:8.2f} {n:6d} {1000 * s / n:8.2f}")
-    full = -(-int(rows.sum()) // top)  # steps if every one ran `top` rows
-    if len(set(rows.tolist())) > 1:
+    if np.unique(rows).size > 1:  # a line needs two batch sizes
+        full = -(-int(rows.sum()) // top)  # steps if every one ran `top` rows
         slope, fixed = np.polyfit(rows, secs, 1)
         modelled = full * (fixed + slope * top)
         print(
