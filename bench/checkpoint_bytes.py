@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from sparring.pipeline.config import CONFIG_DIR, PipelineConfig
+from sparring.loop.config import CONFIG_DIR, PipelineConfig
 
 # HF config fields of the models the shipped configs name (from their config.json on the hub).
 MODEL_SHAPES: dict[str, dict] = {

@@ -15,8 +15,10 @@ from __future__ import annotations
 import argparse
 import tempfile
 
-from sparring.pipeline.config import PipelineConfig
-from sparring.pipeline.local import run_local
+from sparring.pipelines.local import run_kfp
+
+from sparring.loop.config import PipelineConfig
+from sparring.loop.local import run_local
 
 
 def main() -> None:
@@ -25,7 +27,7 @@ def main() -> None:
     args = ap.parse_args()
     cfg = PipelineConfig.from_yaml(args.config)
     with tempfile.TemporaryDirectory(prefix="sparring-bench-") as workdir:
-        result = run_local(cfg, workdir)
+        result = run_local(cfg, workdir, engine=run_kfp)
     for name, seconds in result.compute.items():
         print(f"{name:>24}: {seconds:7.1f} s")
     print(f"{'compute':>24}: {sum(result.compute.values()):7.1f} s")

@@ -1,4 +1,4 @@
-"""KFP components: thin typed wrappers over `sparring.pipeline.tasks` (installed as sparring.components).
+"""KFP components: thin typed wrappers over `sparring.loop.tasks` (installed as sparring.components).
 
 Each module holds plain typed functions; `make_components(k8s)` turns them into lightweight
 components on the configured images, with `install_kfp_package=False` because the image
@@ -33,7 +33,7 @@ def make_components(k8s) -> Components:
     """Components on `k8s.image`, or `k8s.gpu_image` for steps that request accelerators.
 
     Args:
-        k8s: a sparring.pipeline.config.KubernetesSettings.
+        k8s: a sparring.loop.config.KubernetesSettings.
     """
 
     def on(func, gpus: int = 0):

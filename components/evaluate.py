@@ -27,8 +27,8 @@ def evaluate(
         metrics: eval/<mode>/<role>/* metrics.
         report: the reward plot and sample transcripts, viewable in the KFP UI.
     """
-    from sparring.pipeline import tasks
-    from sparring.pipeline.config import PipelineConfig
+    from sparring.loop import tasks
+    from sparring.loop.config import PipelineConfig
 
     cfg = PipelineConfig.model_validate_json(config).for_step("evaluate")
     val = f"{inits.path}/val.parquet"

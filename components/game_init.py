@@ -11,7 +11,7 @@ def game_init(config: str, run_name: str, inits: Output[Dataset]):
         run_name: from `start`; the upload goes to <storage.root>/<run_name>/inits.
         inits: a folder with train.parquet and val.parquet.
     """
-    from sparring.pipeline import tasks
-    from sparring.pipeline.config import PipelineConfig
+    from sparring.loop import tasks
+    from sparring.loop.config import PipelineConfig
 
     tasks.game_init(PipelineConfig.model_validate_json(config), inits.path, run_name)

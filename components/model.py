@@ -11,8 +11,8 @@ def initial_model(config: str, model: Output[Model]):
         config: the PipelineConfig as JSON.
         model: the checkpoint folder.
     """
-    from sparring.pipeline import tasks
-    from sparring.pipeline.config import PipelineConfig
+    from sparring.loop import tasks
+    from sparring.loop.config import PipelineConfig
 
     tasks.initial_model(PipelineConfig.model_validate_json(config), model.path)
 
@@ -33,8 +33,8 @@ def warm_start(
         model: the warm-started checkpoint.
         metrics: SFT statistics.
     """
-    from sparring.pipeline import tasks
-    from sparring.pipeline.config import PipelineConfig
+    from sparring.loop import tasks
+    from sparring.loop.config import PipelineConfig
 
     cfg = PipelineConfig.model_validate_json(config).for_step("warm-start")
     stats = tasks.warm_start(cfg, base.path, f"{inits.path}/train.parquet", model.path)

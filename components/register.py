@@ -37,8 +37,8 @@ def register(
     """
     import os
 
-    from sparring.pipeline import tasks
-    from sparring.pipeline.config import PipelineConfig
+    from sparring.loop import tasks
+    from sparring.loop.config import PipelineConfig
     from sparring.tracking import numeric
 
     # On a KFP backend, metadata also holds MLMD's string properties (display_name, …).

@@ -37,8 +37,8 @@ def rollout(
     import os
     import shutil
 
-    from sparring.pipeline import tasks
-    from sparring.pipeline.config import PipelineConfig
+    from sparring.loop import tasks
+    from sparring.loop.config import PipelineConfig
 
     cfg = PipelineConfig.model_validate_json(config).for_step("rollout")
     train_inits = f"{inits.path}/train.parquet"

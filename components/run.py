@@ -31,12 +31,12 @@ def start(
         job_id: the KFP run's unique id (the storage key unless the config sets run_name).
         job_name: the KFP run's display name (the MLflow run's name; not unique).
         model, learning_rate, init_seed, sampling_seed, games_per_iteration, eval_games,
-            experiment, registered_model: the run parameters (sparring.pipeline.run_params).
+            experiment, registered_model: the run parameters (sparring.loop.run_params).
         run_config: the resolved config as JSON, which every later task reads.
         run_name: the run's folder under storage.root.
         parent_run_id: the MLflow parent run that the iterations log under.
     """
-    from sparring.pipeline import run_params, tasks
+    from sparring.loop import run_params, tasks
 
     params = {
         "model": model,
@@ -83,7 +83,7 @@ def finish(
     """
     from collections import namedtuple
 
-    from sparring.pipeline import run_params, tasks
+    from sparring.loop import run_params, tasks
 
     params = {"experiment": experiment, "registered_model": registered_model}
     try:

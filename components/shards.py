@@ -1,4 +1,4 @@
-"""KFP components: one rollout shard, and the merge of all shards (see sparring.pipeline.shards)."""
+"""KFP components: one rollout shard, and the merge of all shards (see sparring.loop.shards)."""
 
 from kfp.dsl import Dataset, Input, Metrics, Model, Output
 
@@ -23,8 +23,8 @@ def rollout_shard(
         shard: this shard's index, 0 .. rollout.shards - 1.
         samples: folder with this shard's games.jsonl, samples.parquet and stats.json.
     """
-    from sparring.pipeline.config import PipelineConfig
-    from sparring.pipeline.shards import play_shard
+    from sparring.loop.config import PipelineConfig
+    from sparring.loop.shards import play_shard
 
     cfg = PipelineConfig.model_validate_json(config)
     train_inits = f"{inits.path}/train.parquet"
@@ -49,8 +49,8 @@ def merge_rollouts(
         samples: folder with the merged games.jsonl, samples.parquet and stats.json.
         metrics: rollout/* of the merged games and perf/* summed over the shards.
     """
-    from sparring.pipeline.config import PipelineConfig
-    from sparring.pipeline.shards import merge
+    from sparring.loop.config import PipelineConfig
+    from sparring.loop.shards import merge
 
     cfg = PipelineConfig.model_validate_json(config)
     stats = merge(cfg, [s.path for s in shards], samples.path, run_name, iteration)

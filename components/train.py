@@ -27,8 +27,8 @@ def train(
         trained: the new checkpoint.
         metrics: train/* and perf/* statistics.
     """
-    from sparring.pipeline import tasks
-    from sparring.pipeline.config import PipelineConfig
+    from sparring.loop import tasks
+    from sparring.loop.config import PipelineConfig
 
     cfg = PipelineConfig.model_validate_json(config).for_step("train")
     samples_file = f"{samples.path}/samples.parquet"
@@ -64,8 +64,8 @@ def train_verl(
         data: verl's dataset rows, agent-loop config, verl.log, merge.log and metrics.jsonl.
         metrics: verl/* (verl's last logged step) and perf/train_seconds.
     """
-    from sparring.pipeline.config import PipelineConfig
-    from sparring.verl_backend.task import train_verl
+    from sparring.loop.config import PipelineConfig
+    from sparring.loop.verl_task import train_verl
 
     cfg = PipelineConfig.model_validate_json(config).for_step("train-verl")
     stats = train_verl(

@@ -8,7 +8,7 @@ iteration): it submits one run per block of iterations, waits for it, and starts
 block from the MLflow champion (`models:/<registered_model>@champion`). Every block shares one
 `run_name`, so the storage layout `<root>/<run>/<iteration>/…` continues across blocks, and
 so does the opponents' difficulty schedule: a block's first rollout reads the schedule.json the
-last rollout stored (sparring.pipeline.league).
+last rollout stored (sparring.loop.league).
 """
 
 import hashlib
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from sparring.pipelines.selfplay import compile_pipeline
 
-from sparring.pipeline.config import PipelineConfig
+from sparring.loop.config import PipelineConfig
 
 
 def version_name(cfg: PipelineConfig, package: str | Path) -> str:

@@ -9,16 +9,16 @@ the warm start, images, GPUs, node selectors, tolerations, the S3 Secret, /dev/s
 caching (pure steps only), each step's resources and timeout, the non-root security context,
 pull secrets and the run's deadline; their fingerprint goes to `start`. At run time the KFP UI
 exposes `config` (the whole PipelineConfig as JSON) and the typed run parameters of
-sparring.pipeline.run_params; `start` resolves them into the config every later task reads.
+sparring.loop.run_params; `start` resolves them into the config every later task reads.
 The pipeline's outputs are the champion's version and score. Each iteration's model is the previous train step's
 output; the first is `config.model` (optionally warm-started by SFT). Each rollout after the
-first gets the previous one's difficulty schedule (`opponents`, sparring.pipeline.league); when
+first gets the previous one's difficulty schedule (`opponents`, sparring.loop.league); when
 the pool names earlier checkpoints (`past-<k>`), rollout i also waits for register i-k-1 of the
 smallest k, whose stored checkpoint it loads. With
 `train_backend: verl` an iteration is verl-train → evaluate → register instead: one task on
-`verl.n_gpus_per_node` GPUs plays and trains inside verl (sparring.verl_backend.task). With
+`verl.n_gpus_per_node` GPUs plays and trains inside verl (sparring.loop.verl_task). With
 `rollout.shards: N` each rollout is N shard tasks in a `ParallelFor` (one slice of the initial
-states each, `kubernetes.rollout_gpus` apiece) and a merge task (sparring.pipeline.shards).
+states each, `kubernetes.rollout_gpus` apiece) and a merge task (sparring.loop.shards).
 The IR grows by about 30 KB per iteration: for long campaigns use `pipelines.driver`, one run per block.
 """
 
@@ -27,8 +27,8 @@ from typing import NamedTuple
 from kfp import dsl, kubernetes
 from sparring.components import make_components
 
-from sparring.pipeline import run_params
-from sparring.pipeline.config import PURE_STEPS, KubernetesSettings, PipelineConfig
+from sparring.loop import run_params
+from sparring.loop.config import PURE_STEPS, KubernetesSettings, PipelineConfig
 
 S3_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 MLFLOW_LOGIN = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")  # basic auth
@@ -271,7 +271,7 @@ def _docstring() -> str:
         "changes compile-time fields (iterations, warm start, backend, images, GPUs).",
         "",
         "Args:",
-        "    config: the whole PipelineConfig as JSON (sparring.pipeline.config).",
+        "    config: the whole PipelineConfig as JSON (sparring.loop.config).",
     ]
     lines += [f"    {name}: {param.help}" for name, param in run_params.RUN_PARAMETERS.items()]
     return "\n".join(lines)

@@ -169,8 +169,9 @@ def write_eval(
     out_dir: str | Path,
     game: GameSpec | None = None,
 ) -> dict[str, Path]:
-    """Write metrics.json, rewards.png, a few sample transcripts (transcripts.json) and, given
-    the `game`, its own report files (`Game.write_report`)."""
+    """Write metrics.json, every game's rewards per mode (rewards.json: game_id and one reward
+    per seat, in play order), rewards.png, a few sample transcripts (transcripts.json) and,
+    given the `game`, its own report files (`Game.write_report`)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
@@ -187,8 +188,14 @@ def write_eval(
         for mode, eps in episodes.items()
     }
     (out / "transcripts.json").write_text(json.dumps(samples, indent=1))
+    rewards = {
+        mode: [{"game_id": e.game_id, "rewards": e.rewards} for e in eps]
+        for mode, eps in episodes.items()
+    }
+    (out / "rewards.json").write_text(json.dumps(rewards))
     paths = {
         "metrics": out / "metrics.json",
+        "rewards": out / "rewards.json",
         "plot": plot_rewards(metrics, out / "rewards.png"),
         "transcripts": out / "transcripts.json",
     }

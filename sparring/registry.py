@@ -46,7 +46,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from sparring import storage
-from sparring.tracking import CHAMPION, CHECKPOINT_TAG, champion
+from sparring.tracking import CHAMPION, CHECKPOINT_TAG, RUN_TAG, connect
 
 MODEL_ID_TAG = "sparring.model_id"  # the version's logged model (search results omit model_id)
 INFERENCE_TASK = "llm/v1/chat"  # pyfunc takes {"messages": [...]} and returns chat.completion
@@ -295,3 +295,58 @@ def _champion_state(
         str(current.version),
         float(current.tags["score"]),
     )
+
+
+def champion(model_name: str, client: MlflowClient | None = None):  # -> ModelVersion | None
+    """The model version under the `champion` alias, or None if there is none yet."""
+    client = client or connect()
+    try:
+        return client.get_model_version_by_alias(model_name, CHAMPION)
+    except MlflowException as e:
+        if e.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+            return None
+        raise
+
+
+def resolve_model_uri(uri: str, client: MlflowClient | None = None) -> str:
+    """`models:/name@alias` or `models:/name/<version>` -> that version's stored checkpoint
+    (its `sparring.checkpoint` tag, else its source), for pipeline steps that read storage
+    directly. Anything else (an S3 URI, a path, a hub name) comes back unchanged.
+    """
+    if not uri.startswith("models:/"):
+        return uri
+    ref = uri.removeprefix("models:/")
+    client = client or connect()
+    if "@" in ref:
+        name, alias = ref.split("@", 1)
+        found = client.get_model_version_by_alias(name, alias)
+    else:
+        name, _, version = ref.rpartition("/")
+        if not name or not version.isdigit():
+            raise ValueError(
+                f"Bad model URI {uri!r}: use models:/<name>@<alias> or models:/<name>/<n>."
+            )
+        found = client.get_model_version(name, version)
+    return found.tags.get(CHECKPOINT_TAG) or found.source
+
+
+def stored_checkpoint(
+    model_name: str, run_name: str, iteration: int, client: MlflowClient | None = None
+) -> str:
+    """The verified storage URI of the checkpoint that iteration `iteration` of pipeline run
+    `run_name` registered (its version's `sparring.checkpoint` tag), wherever `register` stored
+    it: its logged model's folder behind the artifact proxy, or `<root>/<run>/<i>/checkpoint`.
+    The newest such version if a run name was reused; LookupError if there is none yet."""
+    client = client or connect()
+    found = client.search_model_versions(
+        f"name = '{model_name}' and tags.`{RUN_TAG}` = '{run_name}' "
+        f"and tags.iteration = '{iteration}'",
+        order_by=["version_number DESC"],
+        max_results=1,
+    )
+    if not found:
+        raise LookupError(
+            f"{model_name} has no version for run {run_name!r} iteration {iteration}: its "
+            "register step has not finished (a rollout seating past-<k> must run after it)"
+        )
+    return found[0].tags[CHECKPOINT_TAG]

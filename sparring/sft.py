@@ -18,7 +18,7 @@ from pydantic import Field
 from transformers import AutoTokenizer
 
 from sparring import grpo
-from sparring.generation.hf import pick_device
+from sparring.device import pick_device
 from sparring.train import (
     Batch,
     OptimConfig,

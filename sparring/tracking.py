@@ -1,12 +1,11 @@
 """MLflow tracking: one experiment per pipeline, a parent run with one child run per
-iteration, live train curves, dataset lineage; the registry's lookups (`champion`,
-`resolve_model_uri`). Registering a checkpoint is `sparring.registry`.
+iteration, live train curves, dataset lineage. Registering a checkpoint and the registry's
+lookups (`champion`, `resolve_model_uri`) are `sparring.registry`.
 
     with PipelineRun.start(TrackingConfig(experiment="matching"), "run-1", params=cfg) as run:
         run.log_metrics(0, {"eval/selfplay/player_a/normalized_reward": 0.41})
         train(..., on_step=run.step_logger(0))     # train/* per optimizer step, while it runs
         run.log_dataset(0, "s3://sparring/runs/run-1/inits/train.parquet", "game-init-train")
-    resolve_model_uri("models:/sparring-matching@champion")  # -> "s3://.../0/checkpoint"
 
 `MLFLOW_TRACKING_URI` picks the server (default `sqlite:///mlflow.db`). `MLFLOW_RUN_ID`, which
 KFP 2.17's MLflow plugin sets to a nested run per task, is not used as the parent. A server
@@ -27,7 +26,6 @@ from typing import Any
 
 import requests
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param
-from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from pydantic import BaseModel, Field
 
@@ -45,6 +43,9 @@ class TrackingUnavailableError(RuntimeError):
 class TrackingConfig(BaseModel):
     """Where and under which experiment a pipeline logs."""
 
+    # False: no MLflow at all (the benches): checkpoints are still stored, under
+    # <storage.root>/<run>/<iteration>/checkpoint, but nothing is logged or registered.
+    enabled: bool = True
     tracking_uri: str | None = None  # None = $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db
     experiment: str = "sparring"  # one experiment per pipeline
     artifact_location: str | None = None  # run artifacts of a NEW experiment, e.g. s3://b/mlflow
@@ -236,61 +237,3 @@ class PipelineRun:
         tb: TracebackType | None,
     ) -> None:
         self.finish("FAILED" if exc_type else "FINISHED")
-
-
-# -- registry ----------------------------------------------------------------------------------
-
-
-def champion(model_name: str, client: MlflowClient | None = None):  # -> ModelVersion | None
-    """The model version under the `champion` alias, or None if there is none yet."""
-    client = client or connect()
-    try:
-        return client.get_model_version_by_alias(model_name, CHAMPION)
-    except MlflowException as e:
-        if e.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
-            return None
-        raise
-
-
-def resolve_model_uri(uri: str, client: MlflowClient | None = None) -> str:
-    """`models:/name@alias` or `models:/name/<version>` -> that version's stored checkpoint
-    (its `sparring.checkpoint` tag, else its source), for pipeline steps that read storage
-    directly. Anything else (an S3 URI, a path, a hub name) comes back unchanged.
-    """
-    if not uri.startswith("models:/"):
-        return uri
-    ref = uri.removeprefix("models:/")
-    client = client or connect()
-    if "@" in ref:
-        name, alias = ref.split("@", 1)
-        found = client.get_model_version_by_alias(name, alias)
-    else:
-        name, _, version = ref.rpartition("/")
-        if not name or not version.isdigit():
-            raise ValueError(
-                f"Bad model URI {uri!r}: use models:/<name>@<alias> or models:/<name>/<n>."
-            )
-        found = client.get_model_version(name, version)
-    return found.tags.get(CHECKPOINT_TAG) or found.source
-
-
-def stored_checkpoint(
-    model_name: str, run_name: str, iteration: int, client: MlflowClient | None = None
-) -> str:
-    """The verified storage URI of the checkpoint that iteration `iteration` of pipeline run
-    `run_name` registered (its version's `sparring.checkpoint` tag), wherever `register` stored
-    it: its logged model's folder behind the artifact proxy, or `<root>/<run>/<i>/checkpoint`.
-    The newest such version if a run name was reused; LookupError if there is none yet."""
-    client = client or connect()
-    found = client.search_model_versions(
-        f"name = '{model_name}' and tags.`{RUN_TAG}` = '{run_name}' "
-        f"and tags.iteration = '{iteration}'",
-        order_by=["version_number DESC"],
-        max_results=1,
-    )
-    if not found:
-        raise LookupError(
-            f"{model_name} has no version for run {run_name!r} iteration {iteration}: its "
-            "register step has not finished (a rollout seating past-<k> must run after it)"
-        )
-    return found[0].tags[CHECKPOINT_TAG]

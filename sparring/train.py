@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 from transformers import AutoTokenizer
 
 from sparring import grpo, logprobs, policy_model
-from sparring.generation.hf import pick_device
+from sparring.device import pick_device
 from sparring.samples import read_samples
 
 

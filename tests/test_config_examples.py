@@ -9,7 +9,7 @@ import pytest
 import yaml
 from sparring.pipelines.selfplay import compile_pipeline
 
-from sparring.pipeline.config import CONFIG_DIR, PipelineConfig
+from sparring.loop.config import CONFIG_DIR, PipelineConfig
 
 EXAMPLES = CONFIG_DIR / "examples"
 BACKENDS = {  # file -> what it must select

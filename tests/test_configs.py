@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparring.pipeline.config import CONFIG_DIR, PipelineConfig
+from sparring.loop.config import CONFIG_DIR, PipelineConfig
 from sparring.sft import SFTConfig
 from sparring.train import GRPOConfig
 
@@ -76,8 +76,8 @@ def test_the_real_model_pipeline_starts_from_the_cached_conversion(
     smollm2_dir, tmp_path, monkeypatch
 ):
     """Its initial-model task resolves the name offline from the model cache."""
-    from sparring.models import CACHE_ENV
-    from sparring.pipeline.tasks import initial_model
+    from sparring.loop.tasks import initial_model
+    from sparring.model_zoo import CACHE_ENV
 
     monkeypatch.setenv(CACHE_ENV, str(smollm2_dir.parents[1]))  # <cache>/named/<model>
     cfg = PipelineConfig.model_validate(

@@ -407,7 +407,7 @@ def test_upgrade_registers_a_new_version(chart):
 
 def _pipeline_config_importable() -> bool:
     try:
-        import sparring.pipeline.config  # noqa: F401
+        import sparring.loop.config  # noqa: F401
     except ImportError:
         return False
     return True
@@ -415,14 +415,14 @@ def _pipeline_config_importable() -> bool:
 
 needs_pipeline = pytest.mark.skipif(
     not _pipeline_config_importable(),
-    reason="sparring.pipeline.config (issue 4) does not import yet",
+    reason="sparring.loop.config (issue 4) does not import yet",
 )
 
 
 @needs_pipeline
 @pytest.mark.parametrize("name", list(VALUES_FILES))
 def test_rendered_config_is_a_valid_pipeline_config(chart, name):
-    from sparring.pipeline.config import GPU_IMAGE, IMAGE, PipelineConfig
+    from sparring.loop.config import GPU_IMAGE, IMAGE, PipelineConfig
 
     cfg = PipelineConfig.model_validate(pipeline_config(render(chart, values_for(name))))
     if "image" not in values_for(name):  # default repository: the same refs as the library's

@@ -2,23 +2,29 @@
 
 Offline: every pin is exact and hashed, the project's own requirements accept the locked
 versions, the installed packages' declared requirements hold in each lock, and only the
-`-diplomacy` locks hold the AGPL engine. Online (PyPI): images/lock.py --check re-resolves every
-lock for its image's platform and Python and must reproduce it; a lock that does not resolve
-fails. That test needs the index: it runs wherever PyPI answers and is never skipped in CI.
+`-diplomacy` locks hold the AGPL engine, and every lock's kfp and kfp-kubernetes meet the range
+pyproject.toml declares. Online (PyPI): images/lock.py --check re-resolves every lock for its
+image's platform and Python and must reproduce it; a lock that does not resolve fails. And the
+locked KFP SDK, installed from the index into a throwaway folder, compiles the shipped configs.
+Those tests need the index: they run wherever PyPI answers and are never skipped in CI.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import tomllib
+import warnings
 from pathlib import Path
 
 import pytest
+import yaml
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -197,3 +203,152 @@ def test_check_rejects_a_lock_that_does_not_resolve(tmp_path, monkeypatch):
 
 def pins_text_version(text: str, pkg: str) -> str:
     return LOCK.parse_lock(text)[pkg][0]
+
+
+# ---- the KFP SDK the images compile the pipeline with ----------------------------------------
+
+# What `import kfp` and the compiler need from the KFP SDK (kfp-server-api comes in only where the
+# dev venv's does not meet kfp's requirement: it is an sdist).
+KFP_SDK = ("kfp", "kfp-kubernetes", "kfp-pipeline-spec")
+SHIPPED_CONFIGS = ("pipeline.yaml", "pipeline-gpu.yaml", "pipeline-smollm2.yaml")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_locked_kfp_meets_the_declared_minimum(name):
+    """pyproject.toml declares the KFP SDK's range once (images/lock.py reads it); the code needs
+    kfp 2.17 (`dsl.PipelineConfig(active_deadline_seconds=...)`), so the range excludes 2.16,
+    and every image's lock pins kfp and kfp-kubernetes inside it."""
+    lock = pins(name)
+    for pkg in LOCK.KFP_PACKAGES:
+        req = Requirement(LOCK.declared(pkg))
+        assert not req.specifier.contains("2.16.1"), f"{req}: kfp 2.16 lacks what the code uses"
+        assert req.specifier.contains("2.17.0"), req
+        assert req.specifier.contains(lock[pkg][0]), f"{name}: {pkg}=={lock[pkg][0]}, needs {req}"
+    assert lock["kfp"][0] == lock["kfp-kubernetes"][0], "kfp-kubernetes pins kfp's own release"
+
+
+def kfp_sdk_pins() -> dict[tuple[str, ...], str]:
+    """{locked (kfp, kfp-kubernetes, kfp-pipeline-spec) versions: the first lock pinning them}."""
+    found: dict[tuple[str, ...], str] = {}
+    for name in NAMES:
+        found.setdefault(tuple(pins(name)[p][0] for p in KFP_SDK), name)
+    return found
+
+
+def venv_version(pkg: str) -> str | None:
+    try:
+        return importlib.metadata.version(pkg)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def pip_install_from_lock(packages, lock: dict, target: Path) -> None:
+    """pip-install the lock's pins of `packages` (its hashes required) into `target`, alone."""
+    req = target.parent / f"requirements-{'-'.join(packages)}.txt"
+    req.write_text(
+        "".join(
+            f"{p}=={lock[p][0]} " + " ".join(f"--hash={h}" for h in sorted(lock[p][1])) + "\n"
+            for p in packages
+        )
+    )
+    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    cmd += ["--no-deps", "--require-hashes", "--no-build-isolation", "--target", str(target)]
+    done = subprocess.run([*cmd, "-r", str(req)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+
+
+def unmet_direct_needs(target: Path) -> list[str]:
+    """Requirements of the packages in `target` that neither `target` nor the dev venv meets."""
+    installed = {
+        canonicalize_name(d.metadata["Name"]): d.version
+        for d in importlib.metadata.distributions(path=[str(target)])
+    }
+    env = default_environment()
+    bad = []
+    for dist in importlib.metadata.distributions(path=[str(target)]):
+        for text in dist.requires or []:
+            req = Requirement(text)
+            if req.marker and not req.marker.evaluate({**env, "extra": ""}):
+                continue
+            name = canonicalize_name(req.name)
+            have = installed.get(name) or venv_version(name)
+            if have is None or not req.specifier.contains(have, prereleases=True):
+                bad.append(name)
+    return sorted(set(bad))
+
+
+# Runs in a fresh interpreter: the locked SDK (when installed) goes first on sys.path, then the
+# project's own `sparring compile` writes each shipped config's IR.
+COMPILE = """
+import importlib.metadata, json, sys
+target, out, packages, configs = sys.argv[1], sys.argv[2], sys.argv[3].split(","), sys.argv[4:]
+if target:
+    sys.path.insert(0, target)
+import kfp, kfp.kubernetes, kfp.pipeline_spec
+from sparring.cli import main
+for i, config in enumerate(configs):
+    main(["compile", "--config", config, "--iterations", "2", "-o", f"{out}/{i}.yaml"],
+         standalone_mode=False)
+print(json.dumps({
+    "versions": {p: importlib.metadata.version(p) for p in packages},
+    "files": [m.__file__ for m in (kfp, kfp.kubernetes, kfp.pipeline_spec)],
+}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("versions", list(kfp_sdk_pins()), ids=lambda v: f"kfp-{v[0]}")
+def test_the_locked_kfp_compiles_the_shipped_configs(versions, tmp_path):
+    """The images' KFP SDK compiles every shipped config (the chart's registration Job compiles
+    in the CPU image). The locked kfp, kfp-kubernetes and kfp-pipeline-spec wheels (by their
+    lock hashes, --no-deps), plus any of their direct requirements the dev venv does not meet,
+    are pip-installed from the index into a throwaway --target; a subprocess with that target
+    first on sys.path runs `sparring compile` on configs/pipeline*.yaml (2 unrolled iterations
+    each: the kfp calls are those of any iteration count), and each IR must record the locked
+    SDK (`sdkVersion: kfp-<locked>`) and the run deadline kfp 2.17 added. Without the index the
+    dev venv's SDK stands in when it is the locked one; otherwise the test skips (never in CI)."""
+    lock = pins(kfp_sdk_pins()[versions])
+    locked = dict(zip(KFP_SDK, versions, strict=True))
+    venv = {p: venv_version(p) for p in KFP_SDK}
+    target = tmp_path / "site"
+    if _index_reachable():
+        target.mkdir()
+        pip_install_from_lock(KFP_SDK, lock, target)
+        if needs := unmet_direct_needs(target):
+            missing = [n for n in needs if n not in lock]
+            assert not missing, f"the KFP SDK needs packages its lock lacks: {missing}"
+            pip_install_from_lock(needs, lock, target)
+        assert unmet_direct_needs(target) == []
+    elif venv == locked:
+        target = None  # the dev venv holds exactly the locked SDK: compile with it
+        warnings.warn(
+            f"PyPI unreachable: compiled with the dev venv's KFP SDK (the locked {venv})",
+            stacklevel=1,
+        )
+    elif os.environ.get("CI"):
+        pytest.fail("installing the locked KFP SDK needs the package index (PyPI)")
+    else:
+        pytest.skip(
+            f"installing the locked KFP SDK {locked} needs PyPI (unreachable); venv: {venv}"
+        )
+
+    out = tmp_path / "ir"
+    out.mkdir()
+    configs = [str(ROOT / "configs" / c) for c in SHIPPED_CONFIGS]
+    done = subprocess.run(
+        [sys.executable, "-c", COMPILE, str(target or ""), str(out), ",".join(KFP_SDK), *configs],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["versions"] == locked
+    if target is not None:
+        assert all(Path(f).is_relative_to(target) for f in report["files"]), report["files"]
+    for i, config in enumerate(SHIPPED_CONFIGS):
+        spec, platform = yaml.safe_load_all((out / f"{i}.yaml").read_text())
+        assert spec["sdkVersion"] == f"kfp-{locked['kfp']}", config
+        deadline = platform["platforms"]["kubernetes"]["pipelineConfig"]["activeDeadlineSeconds"]
+        assert int(deadline) > 0, config

@@ -26,12 +26,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from sparring import registry, storage
 from sparring.dev.mlflowserver import MlflowServer
 from sparring.games import make_game
-from sparring.pipeline import tasks
-from sparring.pipeline.config import PipelineConfig
-from sparring.pipeline.io import run_uri, upload
-from sparring.registry import MODEL_ID_TAG, NotRegisteredError
+from sparring.loop import tasks
+from sparring.loop.config import PipelineConfig
+from sparring.loop.io import run_uri, upload
+from sparring.registry import MODEL_ID_TAG, NotRegisteredError, champion
 from sparring.storage import _S3Store
-from sparring.tracking import CHECKPOINT_TAG, PipelineRun, TrackingConfig, champion, connect
+from sparring.tracking import CHECKPOINT_TAG, PipelineRun, TrackingConfig, connect
 
 EVALS = {"eval/selfplay/all/normalized_reward": 0.5, "eval/vs_scripted/all/normalized_reward": 0.25}
 NEW_TOKENS = 6

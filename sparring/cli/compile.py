@@ -24,7 +24,7 @@ def command(config, iterations, output) -> None:
     S3 Secret, /dev/shm, retries, caching) are baked in; `config`, `games_per_iteration`
     and `group_key` stay run-time parameters.
     """
-    from sparring.pipeline.config import DEFAULT_CONFIG, PipelineConfig
+    from sparring.loop.config import DEFAULT_CONFIG, PipelineConfig
     from sparring.pipelines.selfplay import compile_pipeline
 
     cfg = load_config(PipelineConfig, config or str(DEFAULT_CONFIG), {"iterations": iterations})

@@ -1,4 +1,4 @@
-"""`sparring run`: the whole self-play pipeline locally (kfp.local), by default the embedded one."""
+"""`sparring run`: the whole self-play loop on this machine, by default the embedded config."""
 
 from __future__ import annotations
 
@@ -27,20 +27,26 @@ from sparring.cli.options import load_config
     default="runs",
     show_default=True,
     type=click.Path(file_okay=False),
-    help="Local folder for the MLflow db, local S3 data, KFP outputs and logs.",
+    help="Local folder for the MLflow db, local S3 data, outputs and logs.",
 )
-@click.option("-v", "--verbose", is_flag=True, help="Show every task's full log.")
-def command(config, model, iterations, games_per_iteration, run_name, workdir, verbose) -> None:
-    """Run the iterative self-play pipeline on this machine and print a summary.
+@click.option(
+    "--kfp",
+    is_flag=True,
+    help="Run the compiled KFP pipeline under kfp.local (one subprocess per task) instead of "
+    "the same loop in this process.",
+)
+@click.option("-v", "--verbose", is_flag=True, help="Show the full log.")
+def command(config, model, iterations, games_per_iteration, run_name, workdir, kfp, verbose):
+    """Run the iterative self-play loop on this machine and print a summary.
 
     With no flags: the embedded default (configs/pipeline.yaml: the tiny model, warm-started
     by SFT on scripted games, then self-play GRPO iterations), a local MLflow server and a
-    local SeaweedFS S3 server (started on 127.0.0.1, stopped on exit). Set storage/tracking in the config (or the AWS_*
-    / MLFLOW_TRACKING_URI variables) to use real services instead.
+    local SeaweedFS S3 server (started on 127.0.0.1, stopped on exit). Set storage/tracking in
+    the config (or the AWS_* / MLFLOW_TRACKING_URI variables) to use real services instead.
     """
-    from sparring.pipeline.config import DEFAULT_CONFIG, PipelineConfig
-    from sparring.pipeline.local import format_summary, run_local
-    from sparring.pipeline.stop import Stopped
+    from sparring.loop.config import DEFAULT_CONFIG, PipelineConfig
+    from sparring.loop.local import format_summary, in_process, run_local
+    from sparring.loop.stop import Stopped
 
     overrides = {
         "model": model,
@@ -49,8 +55,12 @@ def command(config, model, iterations, games_per_iteration, run_name, workdir, v
         "run_name": run_name,
     }
     cfg = load_config(PipelineConfig, config or str(DEFAULT_CONFIG), overrides)
+    if kfp:
+        from sparring.pipelines.local import run_kfp as engine
+    else:
+        engine = in_process
     try:
-        result = run_local(cfg, workdir, verbose)
+        result = run_local(cfg, workdir, verbose, engine)
     except RuntimeError as e:
         raise click.ClickException(str(e)) from e
     except Stopped as e:  # local services stopped, MLflow parent run KILLED

@@ -34,7 +34,7 @@ def command(
     """
     import kfp
 
-    from sparring.pipeline.config import DEFAULT_CONFIG, PipelineConfig
+    from sparring.loop.config import DEFAULT_CONFIG, PipelineConfig
     from sparring.pipelines.driver import campaign as run_campaign
     from sparring.pipelines.driver import submit
 

@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 
 from sparring.dev.mlflowserver import MlflowServer
 from sparring.dev.s3server import S3Server
-from sparring.pipeline.config import PipelineConfig
+from sparring.loop.config import PipelineConfig
 
 
 @contextlib.contextmanager

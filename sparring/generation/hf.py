@@ -38,18 +38,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, Stat
 from transformers.cache_utils import Cache
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
+from sparring.device import pick_device
 from sparring.generation import attention, packed_linear
 from sparring.generation.base import Completion, GenerationBackend, SamplingParams, row_seeds
 from sparring.generation.stops import trim_reply, turn_stop_ids, until_stop
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values, each (H, T, D)
-
-
-def pick_device(device: str = "auto") -> torch.device:
-    """`auto` -> cuda if available, else cpu."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
 
 
 class HFBackend(GenerationBackend):

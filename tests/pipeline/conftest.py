@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import pytest
+from sparring.pipelines.local import run_kfp
 from tiny_pipeline import tiny_config
 
-from sparring.pipeline.config import PipelineConfig
-from sparring.pipeline.local import LocalRun, run_local
+from sparring.loop.config import PipelineConfig
+from sparring.loop.local import LocalRun, run_local
 
 
 class TinyRun(NamedTuple):
@@ -26,4 +27,4 @@ def tiny_run(s3_server, tiny_model_dir, tmp_path_factory) -> TinyRun:
     with pytest.MonkeyPatch.context() as mp:
         for key, value in s3_server.env().items():
             mp.setenv(key, value)
-        return TinyRun(cfg, run_local(cfg, tmp / "runs"))
+        return TinyRun(cfg, run_local(cfg, tmp / "runs", engine=run_kfp))

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from sparring.pipeline.config import PipelineConfig
-from sparring.pipeline.estimate import (
+from sparring.loop.config import PipelineConfig
+from sparring.loop.estimate import (
     REFERENCE_MATMUL,
     estimate_here,
     estimate_seconds,
     eval_games,
 )
-from sparring.pipeline.local import _Progress
+from sparring.loop.local import _Progress
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 

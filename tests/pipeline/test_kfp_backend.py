@@ -13,9 +13,10 @@ from kfp_backend import Backend
 from sparring.pipelines.selfplay import compile_pipeline
 
 from sparring import storage
-from sparring.pipeline import runs
-from sparring.pipeline.config import PipelineConfig
-from sparring.tracking import ITERATION_TAG, connect, resolve_model_uri
+from sparring.loop import runs
+from sparring.loop.config import PipelineConfig
+from sparring.registry import resolve_model_uri
+from sparring.tracking import ITERATION_TAG, connect
 
 # kfp.local's run (shared with test_pipeline_e2e) and 3 backend runs: ~45 task processes.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]

@@ -15,8 +15,8 @@ from sparring.pipelines.driver import unique_run_name, version_name
 from sparring.pipelines.selfplay import compile_pipeline
 
 from sparring import storage
-from sparring.pipeline import run_params
-from sparring.pipeline.config import PURE_STEPS, PipelineConfig
+from sparring.loop import run_params
+from sparring.loop.config import PURE_STEPS, PipelineConfig
 from sparring.tracking import numeric
 
 GPU_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "pipeline-gpu.yaml"

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparring.pipeline import runs
-from sparring.pipeline.config import PipelineConfig
+from sparring.loop import runs
+from sparring.loop.config import PipelineConfig
 from sparring.tracking import connect
 
 pytestmark = pytest.mark.slow
@@ -52,7 +52,7 @@ def test_sigterm_stops_the_services_and_kills_the_parent_run(tmp_path: Path):
         lines.append(line)
         if found := re.search(r"local S3 \(SeaweedFS\) at http://127\.0\.0\.1:(\d+)", line):
             port = int(found.group(1))
-        if "Executing task" in line and "game-init" in line:
+        if "game-init" in line:  # the in-process loop's first stage
             break
     assert port and _listening(port), "".join(lines)
     time.sleep(2)  # the task's process is running

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from mlflow.cli import cli as mlflow_cli
 
-from sparring.pipeline.local import mlflow_ui
+from sparring.loop.local import mlflow_ui
 from sparring.tracking import TrackingConfig
 
 

@@ -11,8 +11,8 @@ from click.testing import CliRunner
 from pydantic import ValidationError
 
 from sparring.cli import main
-from sparring.pipeline.config import CONFIG_DIR, PipelineConfig
-from sparring.pipeline.run_params import RUN_PARAMETERS
+from sparring.loop.config import CONFIG_DIR, PipelineConfig
+from sparring.loop.run_params import RUN_PARAMETERS
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_CONFIG = CONFIG_DIR / "pipeline-gpu.yaml"

@@ -7,7 +7,7 @@ import pytest
 from tiny_pipeline import tiny_config
 
 from sparring import storage
-from sparring.pipeline.local import format_summary, run_local
+from sparring.loop.local import format_summary, run_local
 from sparring.tracking import connect
 
 pytestmark = pytest.mark.slow
@@ -81,3 +81,41 @@ def test_a_failed_task_marks_the_parent_run_failed(s3_env, tmp_path):
     )
     assert parent.info.status == "FAILED"  # the exit handler ran after the failure
     assert client.search_model_versions(f"name = '{cfg.registered_model}'") == []
+
+
+def test_in_process_loop_plays_the_same_games_as_the_kfp_pipeline(s3_env, tiny_run, tmp_path):
+    """`sparring run` (in-process) and `sparring run --kfp` (the compiled pipeline under
+    kfp.local) are one loop: for the same config, iteration 0 plays the same games, and the
+    trained model reaches the same evaluation, seed for seed. The in-process run keeps its
+    files in a local folder and tracks nothing (a bench's settings)."""
+    import json
+
+    from sparring.loop.runner import run_loop
+
+    kfp_cfg, _ = tiny_run
+    cfg = kfp_cfg.model_copy(
+        update={
+            "iterations": 1,
+            "run_name": "in-process",
+            "storage": kfp_cfg.storage.model_copy(update={"root": str(tmp_path / "store")}),
+            "tracking": kfp_cfg.tracking.model_copy(update={"enabled": False}),
+        }
+    )
+    result = run_loop(cfg, tmp_path / "work")
+    (it,) = result.iterations
+    assert result.parent_run_id == "" and it.registered.version == ""  # nothing tracked
+
+    def games(text: str) -> list[tuple]:
+        rows = [json.loads(line) for line in text.splitlines()]
+        return [(g["game_id"], g["transcript"], g["rewards"]) for g in rows]
+
+    kfp_root = f"{kfp_cfg.storage.root}/{kfp_cfg.run_name}/0"
+    kfp_games = storage.read_text(f"{kfp_root}/rollout", "games.jsonl")
+    here = (tmp_path / "work" / "0" / "rollout" / "games.jsonl").read_text()
+    assert games(here) == games(kfp_games)
+    kfp_eval = json.loads(storage.read_text(f"{kfp_root}/eval", "metrics.json"))
+    evals = {k: v for k, v in it.metrics.items() if k.startswith("eval/")}
+    assert evals == pytest.approx({k: v for k, v in kfp_eval.items() if k.startswith("eval/")})
+    assert len(it.val_rewards) == kfp_cfg.game_init.num_val
+    # the checkpoint is stored where past-<k> opponents look for it with tracking off
+    assert it.registered.checkpoint_uri == f"{tmp_path / 'store'}/in-process/0/checkpoint"

@@ -9,13 +9,14 @@ import uuid
 import pandas as pd
 import pytest
 import yaml
+from sparring.pipelines.local import run_kfp
 from sparring.pipelines.selfplay import compile_pipeline
 
 from sparring import storage
-from sparring.pipeline import tasks
-from sparring.pipeline.config import PipelineConfig
-from sparring.pipeline.local import run_local
-from sparring.pipeline.shards import shard_states
+from sparring.loop import tasks
+from sparring.loop.config import PipelineConfig
+from sparring.loop.local import run_local
+from sparring.loop.shards import shard_states
 from sparring.tracking import connect
 
 
@@ -103,7 +104,7 @@ def s3_env(s3_server, monkeypatch):
 @pytest.mark.slow
 def test_merged_rollout_equals_a_single_task_rollout(s3_env, tiny_model_dir, tmp_path):
     cfg = sharded_config(tmp_path, 2, model=str(tiny_model_dir))  # 1 + 2 states
-    result = run_local(cfg, tmp_path / "runs")
+    result = run_local(cfg, tmp_path / "runs", engine=run_kfp)
     merged = storage.download_dir(
         f"{cfg.storage.root}/{cfg.run_name}/0/rollout", tmp_path / "merged"
     )

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from sparring import storage
+from sparring.loop import reports, runs, tasks
+from sparring.loop.config import PipelineConfig
 from sparring.models import resolve_model
-from sparring.pipeline import reports, runs, tasks
-from sparring.pipeline.config import PipelineConfig
 from sparring.tracking import PipelineRun, TrackingConfig, TrackingUnavailableError, connect
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from sparring.pipeline.config import PipelineConfig
+from sparring.loop.config import PipelineConfig
 
 
 def tiny_config(tmp_path, model: str, s3_server=None) -> PipelineConfig:

@@ -21,10 +21,9 @@ from fake_kube import FakeKube
 from test_helm import CHART, MINIMAL, RELEASE, render
 from transformers import AutoModelForCausalLM
 
-from sparring.pipeline import tasks
-from sparring.pipeline.config import PipelineConfig
+from sparring.loop import tasks, verl_task
+from sparring.loop.config import PipelineConfig
 from sparring.verl_backend import rayjob
-from sparring.verl_backend import task as verl_task
 from sparring.verl_backend.config import RayJobSettings
 
 SCHEMA = json.loads((Path(__file__).parent / "rayjob-v1.4.2.schema.json").read_text())

@@ -6,10 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from sparring.pipeline import tasks
-from sparring.pipeline.config import PipelineConfig
+from sparring.loop import tasks, verl_task
+from sparring.loop.config import PipelineConfig
 from sparring.tracking import connect
-from sparring.verl_backend import task as verl_task
 
 
 def registered(cfg: PipelineConfig) -> list:

@@ -14,8 +14,8 @@ from click.testing import CliRunner
 pytest.importorskip("textarena")
 
 from sparring.cli import main  # noqa: E402
-from sparring.pipeline import tasks  # noqa: E402
-from sparring.pipeline.config import PipelineConfig  # noqa: E402
+from sparring.loop import tasks  # noqa: E402
+from sparring.loop.config import PipelineConfig  # noqa: E402
 from sparring.tracking import PipelineRun  # noqa: E402
 
 CONFIG = Path(__file__).with_name("kuhn-poker.yaml")

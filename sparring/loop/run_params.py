@@ -22,7 +22,7 @@ import hashlib
 import json
 from typing import Any, NamedTuple
 
-from sparring.pipeline.config import PipelineConfig
+from sparring.loop.config import PipelineConfig
 
 
 class RunParameter(NamedTuple):

@@ -58,7 +58,7 @@ class PipelineRollout(RolloutConfig):
     shards: int = Field(1, ge=1)
     """Parallel rollout tasks per iteration (each a pod with `kubernetes.rollout_gpus`), each
     playing a contiguous slice of the iteration's initial states; one task merges them into the
-    rollout a single task would write (sparring.pipeline.shards). 1 = one rollout task."""
+    rollout a single task would write (sparring.loop.shards). 1 = one rollout task."""
 
 
 class Opponents(_Strict):
@@ -66,7 +66,7 @@ class Opponents(_Strict):
     or a share of the games with the learner in one role against opponents whose strength
     follows that role's difficulty schedule, carried from iteration to iteration. The pool
     holds scripted agents and earlier checkpoints of the run: `past-<k>` is the policy that
-    played the rollout k iterations before (sparring.pipeline.league loads it from storage)."""
+    played the rollout k iterations before (sparring.loop.league loads it from storage)."""
 
     selfplay_fraction: float = Field(1.0, ge=0.0, le=1.0)  # 1 = pure self-play (the default)
     difficulty: DifficultyConfig | None = None  # the pool (scripted agents, past-<k>); mix only
@@ -208,6 +208,9 @@ class PipelineConfig(_Strict):
     iterations: int = Field(2, ge=1)  # rollout→train→evaluate→register rounds (unrolled)
     first_iteration: int = Field(0, ge=0)  # index of the first round (the campaign driver sets it)
     games_per_iteration: int = Field(64, ge=1)  # self-play games per rollout
+    # Evaluate the starting model (after the warm start) before the first update, as iteration
+    # first_iteration - 1, so a run's gain is measured from where GRPO began.
+    evaluate_start: bool = False
     device: str = "auto"  # cpu, cuda or auto: every task's device (not set in `train:`)
     game_init: GameInitConfig = Field(default_factory=GameInitConfig)  # state counts and seed
     rollout: PipelineRollout = Field(default_factory=PipelineRollout)  # i samples with seed+i

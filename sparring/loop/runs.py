@@ -2,7 +2,7 @@
 ended once, and closed when its KFP run died without its exit handler.
 
 Tags on a parent run: `sparring.kfp_run_id` (the KFP run's uuid, or `sparring run`'s run name),
-`sparring.run` (the storage key, `<root>/<run>/…`), `sparring.pipeline` (the pipeline name),
+`sparring.run` (the storage key, `<root>/<run>/…`), `sparring.loop` (the pipeline name),
 `kfp.run_name` (the display name, not unique) and `kfp.run_url` (when `kubernetes.kfp_ui_url`
 is set). Filters never contain a display name.
 """
@@ -12,12 +12,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sparring.pipeline.config import PipelineConfig
-from sparring.pipeline.io import log
+from sparring.loop.config import PipelineConfig
+from sparring.loop.io import log
 
 JOB_TAG = "sparring.kfp_run_id"
 RUN_TAG = "sparring.run"
-PIPELINE_TAG = "sparring.pipeline"
+PIPELINE_TAG = "sparring.loop"
 
 
 def quoted(value: str) -> str:

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sparring.pipeline.config import PipelineConfig
+from sparring.loop.config import PipelineConfig
 
 
 def eval_report(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sparring import storage
-from sparring.pipeline.config import PipelineConfig
+from sparring.loop.config import PipelineConfig
 
 
 def log(message: str) -> None:

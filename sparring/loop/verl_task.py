@@ -20,8 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
-from sparring.pipeline.config import PipelineConfig
-from sparring.pipeline.io import log, run_uri, upload
+from sparring.loop.config import PipelineConfig
+from sparring.loop.io import log, run_uri, upload
 from sparring.recipe import rotate
 from sparring.rollout import load_inits
 from sparring.verl_backend.data import selfplay_rows, write_rows

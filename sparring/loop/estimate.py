@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from sparring.pipeline.config import PipelineConfig
+from sparring.loop.config import PipelineConfig
 
 REFERENCE_MATMUL = 215e9
 """FLOP/s of a 2048^2 fp32 matmul on 2 threads (`peak_flops.matmul_peak`) on the CPU where

@@ -14,7 +14,7 @@ outputs; tests call them directly, without KFP. The spine, per iteration i:
                    log the iteration to MLflow, register a model version (`champion` if better)
     finish         exit handler: end the parent run (FAILED if a task failed); summary
 
-With `train_backend: verl`, rollout + train are one task, `sparring.verl_backend.task`.
+With `train_backend: verl`, rollout + train are one task, `sparring.loop.verl_task`.
 Every task reports the seconds of its own compute (`perf/*_seconds`) so that the pipeline
 benchmark can tell compute from overhead.
 """
@@ -31,9 +31,9 @@ from typing import NamedTuple
 import yaml
 
 from sparring import recipe
-from sparring.pipeline import league, reports
-from sparring.pipeline.config import PipelineConfig
-from sparring.pipeline.io import log, run_uri, upload
+from sparring.loop import league, reports
+from sparring.loop.config import PipelineConfig
+from sparring.loop.io import log, run_uri, upload
 from sparring.rollout import RolloutConfig, build_policies, load_inits
 
 # Compute-time metrics the tasks report; the rest of the wall time is pipeline overhead.
@@ -50,12 +50,14 @@ def start(cfg: PipelineConfig, job_id: str, job_name: str = "") -> tuple[str, st
 
     The run (the storage key) is `cfg.run_name`, else the KFP run's unique id `job_id`; the
     MLflow run is named after the display name `job_name` and tagged with both."""
-    from sparring.pipeline import runs
+    from sparring.loop import runs
 
     run_name = cfg.run_name or job_id
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
         upload(cfg, tmp, run_uri(cfg, run_name, "config"))
+    if not cfg.tracking.enabled:
+        return run_name, ""
     parent = runs.open_parent(cfg, run_name, job_id, job_name)
     log(f"MLflow parent run {parent} in experiment {cfg.tracking.experiment!r}")
     return run_name, parent
@@ -73,14 +75,13 @@ def game_init(cfg: PipelineConfig, out_dir: str | Path, run_name: str) -> dict[s
 def initial_model(cfg: PipelineConfig, out_dir: str | Path) -> Path:
     """Materialize `cfg.model` as a HF checkpoint folder at `out_dir`."""
     out = Path(out_dir)
-    if cfg.model == "tiny":
-        from sparring.tiny_model import init_tiny
-
-        return init_tiny(out)
     from sparring.models import resolve_model
-    from sparring.tracking import connect, resolve_model_uri
+    from sparring.registry import resolve_model_uri
+    from sparring.tracking import connect
 
     ref = cfg.model
+    if ref.startswith("models:/") and not cfg.tracking.enabled:
+        raise ValueError(f"model {ref!r} needs the registry, but tracking.enabled is false")
     if ref.startswith("models:/"):  # look it up in this pipeline's registry
         ref = resolve_model_uri(ref, connect(cfg.tracking))
     local = resolve_model(ref, storage_config=cfg.storage.client_config())
@@ -130,7 +131,7 @@ def rollout(
     """Play `games` games (train states, rotating per iteration) and upload them.
 
     Pure self-play, or with `opponents.selfplay_fraction` < 1 the opponent mix of
-    `sparring.pipeline.league`: the difficulty schedule continues from the previous rollout's
+    `sparring.loop.league`: the difficulty schedule continues from the previous rollout's
     (`schedule`, else the stored one), seats the games, moves with the learner's rewards and
     is saved in `out_dir`; seated `past-<k>` opponents are loaded from storage."""
     n = games // cfg.rollout.games_per_init
@@ -245,6 +246,9 @@ def register(
         raise KeyError(
             f"champion_metric {cfg.champion_metric!r} not in eval metrics {sorted(evals)}"
         )
+    if not cfg.tracking.enabled:  # store the checkpoint; there is no registry to tell
+        uri = upload(cfg, model_dir, run_uri(cfg, run_name, iteration, "checkpoint"))
+        return Registered(uri, "", "")
     run = PipelineRun.attach(parent_run_id, cfg.tracking)
     game, group_key = cfg.game.name, cfg.grpo_config().group_key
     tags = {"parent_run_id": parent_run_id, "game": game, "group_key": group_key}
@@ -292,12 +296,15 @@ def finish(cfg: PipelineConfig, job_id: str, job_name: str = "", failed: bool = 
     """End the parent run of KFP run `job_id`, FINISHED or (when a task failed) FAILED together
     with any child run still open; return a Markdown summary of the run that links to it.
     Runs as the pipeline's exit handler, so a failed task never leaves the parent RUNNING."""
-    from sparring.pipeline import runs
-    from sparring.tracking import champion, connect
+    from sparring.loop import runs
+    from sparring.registry import champion
+    from sparring.tracking import connect
 
+    title = cfg.run_name or job_name or job_id
+    if not cfg.tracking.enabled:
+        return f"## {title}: {'FAILED' if failed else 'FINISHED'} (tracking off)\n"
     client = connect(cfg.tracking)
     parent = runs.find_parent(cfg, client, job_id)
-    title = cfg.run_name or job_name or job_id
     if parent is None:  # `start` failed before it opened the parent run
         return f"## {title}\n\nfailed before the MLflow parent run was opened\n"
     status = "FAILED" if failed else "FINISHED"
@@ -309,7 +316,8 @@ def finish(cfg: PipelineConfig, job_id: str, job_name: str = "", failed: bool = 
 
 def champion_of(cfg: PipelineConfig) -> tuple[str, float]:
     """The registered model's champion version and its score (`""`, nan without one)."""
-    from sparring.tracking import champion, connect
+    from sparring.registry import champion
+    from sparring.tracking import connect
 
     found = champion(cfg.registered_model, connect(cfg.tracking))
     return (str(found.version), float(found.tags["score"])) if found else ("", float("nan"))

@@ -1,41 +1,42 @@
-"""`sparring run`: the whole self-play pipeline on this machine, under kfp.local.
+"""`sparring run`: the whole self-play loop on this machine, by default the embedded config.
 
     sparring run                          # embedded default: tiny model, local S3 + MLflow
     sparring run --config my.yaml --iterations 3
+    sparring run --kfp                    # the compiled pipeline under kfp.local instead
 
-The pipeline is the same one `sparring compile` writes; `kfp.local.SubprocessRunner` runs
-every task as a subprocess of this Python (no Docker, no cluster; GPU/K8s settings are
-ignored). When the config's storage is S3 with no endpoint configured (neither
+By default the loop runs in this process (`sparring.loop.runner.run_loop`); `--kfp` runs the
+pipeline `sparring compile` writes under `kfp.local.SubprocessRunner`, every task a subprocess
+of this Python (pipelines/local.py; no Docker, no cluster; GPU/K8s settings are ignored). Both
+play the same games. When the config's storage is S3 with no endpoint configured (neither
 `storage.endpoint_url` nor `AWS_ENDPOINT_URL[_S3]`), a SeaweedFS S3 server is started on
 127.0.0.1 with its data in `<workdir>/s3` and stopped on exit. When no MLflow server is
 configured (neither `tracking.tracking_uri` nor `MLFLOW_TRACKING_URI`), a local
 `mlflow server --serve-artifacts` runs on `<workdir>/mlflow/mlflow.db`, its artifacts in the
 storage bucket (or folder); the summary says how to serve it again for the UI.
-Full task logs go to `<workdir>/<run>/kfp.log`; the terminal shows progress lines.
+Full logs go to `<workdir>/<run>/run.log`; the terminal shows progress lines.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import re
 import sys
 import time
-import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sparring.dev.mlflowserver import ARTIFACT_ROOT
 from sparring.dev.services import local_services
-from sparring.pipeline.config import PipelineConfig
-from sparring.pipeline.stop import Stopped, stop_on_signals
+from sparring.loop.config import PipelineConfig
+from sparring.loop.stop import Stopped, stop_on_signals
 
 if TYPE_CHECKING:
     from sparring.tracking import TrackingConfig
 
-# kfp.local lines worth showing (the rest, e.g. each task's executor input, go to the log).
+# Lines worth showing (the rest, e.g. kfp's executor inputs and progress bars, go to the log).
 _PROGRESS = re.compile(r"\[sparring\]|Executing task|finished with status|Error|error:")
 
 
@@ -44,7 +45,7 @@ class LocalRun(NamedTuple):
 
     run_name: str
     parent_run_id: str
-    rows: list[dict[str, Any]]  # per iteration, see sparring.pipeline.reports.summary_rows
+    rows: list[dict[str, Any]]  # per iteration, see sparring.loop.reports.summary_rows
     champion: Any  # the champion ModelVersion, or None
     tracking_uri: str
     mlflow_ui: str  # how to open the MLflow UI on this run (see `mlflow_ui`)
@@ -96,21 +97,38 @@ def _clock(seconds: float) -> str:
     return f"{int(seconds) // 60}:{int(seconds) % 60:02d}"
 
 
-def run_local(cfg: PipelineConfig, workdir: str | Path = "runs", verbose: bool = False) -> LocalRun:
-    """Run the pipeline for `cfg` under kfp.local; see the module docstring."""
-    from kfp import local
+Engine = Callable[[PipelineConfig, Path], dict[str, float]]
+"""Runs the loop of a config whose services are up, under a work folder; returns the
+`perf/*_seconds` it spent (the in-process `in_process`, or pipelines/local.py's `run_kfp`)."""
 
-    from sparring.pipeline import runs
-    from sparring.pipeline.estimate import REFERENCE_MATMUL, estimate_here
-    from sparring.pipeline.reports import summary_rows
-    from sparring.pipelines.selfplay import build_pipeline
-    from sparring.tracking import champion, connect
+
+def in_process(cfg: PipelineConfig, workdir: Path) -> dict[str, float]:
+    """The loop in this process (`sparring.loop.runner.run_loop`)."""
+    from sparring.loop.runner import run_loop
+    from sparring.loop.tasks import COMPUTE_METRICS
+
+    result = run_loop(cfg, workdir / cfg.run_name / "work", job_id=cfg.run_name)
+    return {k: sum(it.metrics.get(k, 0.0) for it in result.iterations) for k in COMPUTE_METRICS}
+
+
+def run_local(
+    cfg: PipelineConfig,
+    workdir: str | Path = "runs",
+    verbose: bool = False,
+    engine: Engine = in_process,
+) -> LocalRun:
+    """Run the loop for `cfg` on this machine with `engine`; see the module docstring."""
+    from sparring.loop import runs
+    from sparring.loop.estimate import REFERENCE_MATMUL, estimate_here
+    from sparring.loop.reports import summary_rows
+    from sparring.registry import champion
+    from sparring.tracking import connect
 
     t0 = time.perf_counter()
     workdir = Path(workdir).resolve()
     run_name = cfg.run_name or f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     (workdir / run_name).mkdir(parents=True, exist_ok=True)
-    log_path = workdir / run_name / "kfp.log"
+    log_path = workdir / run_name / "run.log"
     estimate = estimate_here(cfg)  # (seconds, this CPU's matmul FLOP/s) or None
     seconds = estimate[0] if estimate else None
     if estimate:
@@ -122,21 +140,13 @@ def run_local(cfg: PipelineConfig, workdir: str | Path = "runs", verbose: bool =
         )
     own_mlflow = not cfg.tracking.tracking_uri and "MLFLOW_TRACKING_URI" not in os.environ
     with local_services(cfg.model_copy(update={"run_name": run_name}), workdir) as (cfg, s3_dir):
-        # kfp warns that our image is "non-Python": it is ours, and this Python has it installed.
-        # It also warns that display names and K8s settings are ignored: that is expected.
-        warnings.filterwarnings("ignore", message=".*non-Python base image.*")
-        warnings.filterwarnings("ignore", message=".*have no effect in the current local runner.*")
-        _keep_loop_inputs()
-        local.init(
-            runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(workdir / "kfp")
-        )
         with (
             log_path.open("w") as log,
             contextlib.redirect_stdout(_Progress(log, sys.stdout, verbose, t0, seconds)),
             stop_on_signals(),
         ):
             try:
-                build_pipeline(cfg)()
+                compute = engine(cfg, workdir)
             except Stopped as e:  # SIGTERM/SIGINT: the task is gone; services stop on exit
                 parent = runs.find_parent(cfg, connect(cfg.tracking), run_name, tag=runs.RUN_TAG)
                 if parent is not None:
@@ -145,15 +155,9 @@ def run_local(cfg: PipelineConfig, workdir: str | Path = "runs", verbose: bool =
                     f" (local S3 data in {s3_dir})" if s3_dir else ""
                 )
                 raise
-            except RuntimeError as e:
-                raise RuntimeError(
-                    f"{e}\n--- end of the failed task's log ({log_path}) ---\n"
-                    + failed_task_log(log_path.read_text(errors="replace"))
-                ) from e
         client = connect(cfg.tracking)
         parent = runs.find_parent(cfg, client, run_name, tag=runs.RUN_TAG)
         rows = summary_rows(cfg, parent.info.run_id, client)
-        job_dir = max((workdir / "kfp").iterdir(), key=lambda p: p.stat().st_mtime)
         return LocalRun(
             run_name,
             parent.info.run_id,
@@ -165,58 +169,8 @@ def run_local(cfg: PipelineConfig, workdir: str | Path = "runs", verbose: bool =
             s3_dir,
             log_path,
             time.perf_counter() - t0,
-            compute_seconds(job_dir),
+            compute,
         )
-
-
-def _keep_loop_inputs() -> None:
-    """Work around a kfp.local 2.17 bug: each iteration of a `ParallelFor` over constant items
-    gets the loop item in place of EVERY task-output parameter the loop consumes (so the shard
-    tasks of `rollout.shards` got their index as `config`). Put back the inputs that do not feed
-    the iterator. The cluster backend resolves them correctly; idempotent."""
-    from kfp.local.orchestrator import task_spec_utils
-
-    make = task_spec_utils.create_parameter_loop_iteration_task_spec
-    if getattr(make, "keeps_loop_inputs", False):
-        return
-
-    def fixed(task_spec, loop_item, loop_task_name):
-        spec = make(task_spec, loop_item, loop_task_name)
-        items = task_spec.parameter_iterator.items.input_parameter
-        for name, given in task_spec.inputs.parameters.items():
-            if given.HasField("task_output_parameter") and name != items:
-                spec.inputs.parameters[name].CopyFrom(given)
-        return spec
-
-    fixed.keeps_loop_inputs = True
-    task_spec_utils.create_parameter_loop_iteration_task_spec = fixed
-
-
-def compute_seconds(job_dir: Path) -> dict[str, float]:
-    """`perf/{rollout,train,eval}_seconds` summed over the output artifacts of every task of
-    one kfp.local job (the warm start's SFT counts as train)."""
-    from sparring.pipeline.tasks import COMPUTE_METRICS
-
-    totals = dict.fromkeys(COMPUTE_METRICS, 0.0)
-    for out in job_dir.glob("*/executor_output.json"):
-        for artifact in json.loads(out.read_text()).get("artifacts", {}).values():
-            for metadata in (a.get("metadata", {}) for a in artifact["artifacts"]):
-                for key in COMPUTE_METRICS:
-                    totals[key] += float(metadata.get(key, 0.0))
-    return totals
-
-
-def failed_task_log(log: str, lines: int = 40) -> str:
-    """The last `lines` lines of the first failed task's output in a kfp.local log (tasks run
-    one at a time), or of the whole log when no task is marked failed."""
-    plain = re.sub(r"\x1b\[[0-9;]*m", "", log).splitlines()
-    start = 0
-    for i, line in enumerate(plain):
-        if "Executing task" in line:
-            start = i
-        elif re.search(r"Task '[^']+' finished with status FAILURE", line):
-            return "\n".join(plain[max(start, i + 1 - lines) : i + 1])
-    return "\n".join(plain[-lines:])
 
 
 def format_summary(result: LocalRun, champion_metric: str) -> str:

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from sparring import recipe
-from sparring.pipeline import tasks
-from sparring.pipeline.config import PipelineConfig
-from sparring.pipeline.io import log, run_uri, upload
+from sparring.loop import tasks
+from sparring.loop.config import PipelineConfig
+from sparring.loop.io import log, run_uri, upload
 from sparring.rollout import Episode, RolloutResult, build_policies, rollout_stats
 from sparring.samples import read_samples
 

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from sparring import storage
+from sparring.loop.config import PipelineConfig
+from sparring.loop.io import log, run_uri, upload
 from sparring.opponents import DifficultySchedule, learner_rewards, past_steps, plan_seats
-from sparring.pipeline.config import PipelineConfig
-from sparring.pipeline.io import log, run_uri, upload
 
 
 class OpponentMix(NamedTuple):
@@ -75,18 +75,23 @@ def past_models(
     for i <= k the run's initial (or warm-started) model, which rollout 0 stores under
     `<run>/initial` whenever the pool names a `past-<k>`. Each URI is downloaded once, into
     `tmp`."""
-    from sparring.tracking import connect, stored_checkpoint
+    from sparring.registry import stored_checkpoint
+    from sparring.tracking import connect
 
     initial = run_uri(cfg, run_name, "initial")
     if iteration == 0 and cfg.opponents.checkpoint_steps:
         upload(cfg, model_dir, initial)  # rollout i resolves past-<k> with k >= i to it
     steps = {name: k for name in names if (k := past_steps(name)) is not None}
-    client = connect(cfg.tracking) if any(iteration > k for k in steps.values()) else None
+    registry = cfg.tracking.enabled and any(iteration > k for k in steps.values())
+    client = connect(cfg.tracking) if registry else None
+
+    def stored(past: int) -> str:  # where `register` stored iteration `past`'s checkpoint
+        if client is None:  # tracking off: always under the run's storage folder
+            return run_uri(cfg, run_name, past, "checkpoint")
+        return stored_checkpoint(cfg.registered_model, run_name, past, client)
+
     uris = {
-        name: stored_checkpoint(cfg.registered_model, run_name, iteration - k - 1, client)
-        if iteration > k
-        else initial
-        for name, k in steps.items()
+        name: stored(iteration - k - 1) if iteration > k else initial for name, k in steps.items()
     }
     local: dict[str, str] = {}
     for uri in sorted(set(uris.values())):

@@ -1,0 +1,203 @@
+"""The one self-play loop: warm start, then per iteration rollout → train → evaluate → register.
+
+    plan(cfg)                               # which iterations run, and what each waits for
+    results = run_loop(cfg, "runs/r1")      # in-process: `sparring run`, the benches
+
+`run_loop` calls the stage functions of `sparring.loop.tasks` in order, in this process; the
+KFP graph (pipelines/selfplay.py) unrolls the same `plan` into one task per stage call, so the
+two play the same games and reach the same evaluation seed for seed (tests/loop/
+test_runner.py). Storage and tracking are the config's: S3 or a local folder
+(`storage.root`), MLflow or nothing (`tracking.enabled: false`, what the benches use).
+
+Steps (the numbers repeat in the body):
+  0. start: store the config, open the MLflow parent run (when tracking is on)
+  1. game-init: seeded train/val states
+  2. the initial model, optionally warm-started by SFT on scripted self-play
+  3. optionally, evaluate it before any update (`evaluate_start`)
+  4. per iteration: rollout (or, with `train_backend: verl`, one verl task that plays and
+     trains), GRPO update, evaluation on val states, register (champion if better)
+  5. finish: end the parent run, the run's summary
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+from sparring.loop import tasks
+from sparring.loop.config import PipelineConfig
+from sparring.loop.io import log
+
+
+class IterationPlan(NamedTuple):
+    """What one iteration does, fixed before the run starts."""
+
+    iteration: int
+    games: int  # self-play games of its rollout
+    after_register: int | None  # a `past-<k>` opponent: wait for this iteration's register
+
+
+class Iteration(NamedTuple):
+    """What one iteration produced."""
+
+    iteration: int
+    model_dir: Path  # the trained checkpoint (the next rollout's policy)
+    metrics: dict[str, float]  # rollout/*, train/*, eval/*, perf/*
+    registered: tasks.Registered
+    val_rewards: list[float]  # mean reward of every self-play val game, in val order
+
+
+class LoopResult(NamedTuple):
+    """A whole run of the loop."""
+
+    run_name: str
+    parent_run_id: str  # "" with tracking off
+    start: Iteration | None  # the model before any update, with `evaluate_start`
+    iterations: list[Iteration]
+    summary: str  # the run summary (Markdown) that `finish` wrote
+
+
+def plan(cfg: PipelineConfig) -> list[IterationPlan]:
+    """The iterations of `cfg` in order. Rollout i of a pool with `past-<k>` opponents loads the
+    checkpoint iteration i-k-1 registered (smallest k), so it must wait for that register."""
+    first, past = cfg.first_iteration, cfg.opponents.checkpoint_steps
+    out = []
+    for i in range(first, first + cfg.iterations):
+        after = i - past[0] - 1 if past and i - past[0] - 1 >= first else None
+        out.append(IterationPlan(i, cfg.games_per_iteration, after))
+    return out
+
+
+def run_loop(
+    cfg: PipelineConfig,
+    work: str | Path,
+    job_id: str | None = None,
+    on_iteration: Callable[[Iteration], None] | None = None,
+) -> LoopResult:
+    """Run every iteration of `cfg` in this process, files under `work`; see the module
+    docstring. `on_iteration` sees each finished iteration (a bench's live curve)."""
+    work = Path(work)
+    job_id = job_id or cfg.run_name or f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    # 0. start
+    run_name, parent = tasks.start(cfg, job_id, job_id)
+    try:
+        start, done = _iterate(cfg, work, run_name, parent, on_iteration)
+    except Exception:  # 5. finish, failed (a signal's Stopped is the caller's to report)
+        tasks.finish(cfg, job_id, job_id, failed=True)
+        raise
+    # 5. finish
+    summary = tasks.finish(cfg, job_id, job_id)
+    return LoopResult(run_name, parent, start, done, summary)
+
+
+def _iterate(
+    cfg: PipelineConfig,
+    work: Path,
+    run_name: str,
+    parent: str,
+    on_iteration: Callable[[Iteration], None] | None,
+) -> tuple[Iteration | None, list[Iteration]]:
+    """Steps 1-4: game-init, the initial model, its evaluation, the iterations."""
+    # 1. game-init
+    log("game-init")
+    inits = tasks.game_init(cfg.for_step("game-init"), work / "inits", run_name)
+    train_inits, val_inits = str(inits["train"]), str(inits["val"])
+    # 2. the initial model, warm-started
+    log(f"initial-model {cfg.model}")
+    model = tasks.initial_model(cfg, work / "initial")
+    if cfg.warm_start:
+        log("warm-start")
+        tasks.warm_start(cfg.for_step("warm-start"), str(model), train_inits, work / "warm")
+        model = work / "warm"
+    reference, schedule = model, None
+    # 3. the start, evaluated
+    start = None
+    if cfg.evaluate_start:
+        start = _evaluate(cfg, model, None, val_inits, work, run_name, cfg.first_iteration - 1)
+    # 4. the iterations
+    done = []
+    for step in plan(cfg):
+        i, out = step.iteration, work / str(step.iteration)
+        log(f"iteration {i}: rollout, train, evaluate, register")
+        metrics = _play_and_train(
+            cfg, model, reference, train_inits, val_inits, step, out, run_name, parent, schedule
+        )
+        if cfg.opponents.mixed:
+            schedule = out / "rollout" / "schedule.json"
+        trained = out / "trained"
+        evaluated = _evaluate(cfg, trained, model, val_inits, work, run_name, i)
+        metrics |= evaluated.metrics
+        registered = tasks.register(
+            cfg, parent, run_name, i, str(trained), metrics, [out / "eval" / "metrics.json"]
+        )
+        it = Iteration(i, trained, metrics, registered, evaluated.val_rewards)
+        done.append(it)
+        if on_iteration:
+            on_iteration(it)
+        model = trained
+    return start, done
+
+
+def _play_and_train(
+    cfg: PipelineConfig,
+    model: Path,
+    reference: Path,
+    train_inits: str,
+    val_inits: str,
+    step: IterationPlan,
+    out: Path,
+    run_name: str,
+    parent: str,
+    schedule: Path | None,
+) -> dict[str, float]:
+    """4a. One iteration's rollout and GRPO update (or verl's, which does both); the new
+    checkpoint goes to `out/trained`. Returns their metrics."""
+    i, trained = step.iteration, out / "trained"
+    if cfg.train_backend == "verl":
+        from sparring.loop.verl_task import train_verl
+
+        vcfg = cfg.for_step("train-verl")
+        return train_verl(
+            vcfg, str(model), train_inits, val_inits, i, step.games, trained, out / "verl", run_name
+        )
+    rollout = tasks.rollout(
+        cfg.for_step("rollout"), str(model), train_inits, i, step.games, out / "rollout", run_name,
+        schedule,
+    )  # fmt: skip
+    samples = str(out / "rollout" / "samples.parquet")
+    trained_metrics = tasks.train(
+        cfg.for_step("train"), str(model), samples, trained, str(reference), parent or None, i
+    )
+    return rollout | trained_metrics
+
+
+def _evaluate(
+    cfg: PipelineConfig,
+    model: Path,
+    previous: Path | None,
+    val_inits: str,
+    work: Path,
+    run_name: str,
+    iteration: int,
+) -> Iteration:
+    """4b. Evaluate `model` on the val states (against `previous` where a mode needs it)."""
+    out = work / str(iteration) / "eval"
+    metrics, _ = tasks.evaluate(
+        cfg.for_step("evaluate"),
+        str(model),
+        str(previous) if previous else None,
+        val_inits,
+        out,
+        run_name,
+        iteration,
+    )
+    return Iteration(iteration, model, metrics, tasks.Registered("", "", ""), val_rewards(out))
+
+
+def val_rewards(eval_dir: Path) -> list[float]:
+    """Mean reward over the seats of each self-play val game, in play order (`rewards.json`)."""
+    games = json.loads((eval_dir / "rewards.json").read_text()).get("selfplay", [])
+    return [sum(g["rewards"]) / len(g["rewards"]) for g in games]
