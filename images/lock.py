@@ -22,6 +22,12 @@ requirement), when an `.in` file or pyproject.toml gained or lost a package, or 
 edited by hand. New upstream releases do not fail it (everything is pinned). It needs the package
 index (PyPI); tests/test_locks.py runs it.
 
+The KFP SDK's version range is declared once, in pyproject.toml's dependencies (`KFP_PACKAGES`;
+`declared()` reads it): the pipeline code needs kfp 2.17 (`dsl.PipelineConfig(
+active_deadline_seconds=...)`), and every lock resolves pyproject.toml, so no lock can fall back to
+an older kfp. kfp 2.17 pins `requests` and `urllib3` exactly; while the range still allowed 2.16,
+uv kept the previous lock's newer `requests` and quietly resolved kfp 2.16.1 instead.
+
 The CPU torch wheel (`torch==2.13.0+cpu`) is on PyTorch's CPU index, not on PyPI. It is found
 through `--torch-cpu-links` (default: the folder named by $SPARRING_TORCH_CPU_LINKS, else
 /opt/wheels when it holds that wheel, else PyTorch's CPU index page).
@@ -37,6 +43,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +55,10 @@ TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu/torch/"
 # pyproject.toml extras every image holds. `diplomacy` (AGPL-3.0) is not one: only the
 # `-diplomacy` flavours add it (requirements-diplomacy.in).
 EXTRAS = ("gguf", "textarena")
+# The KFP SDK packages whose version range pyproject.toml declares (see `declared`), and that
+# every image must hold at a version in it: the Helm chart's registration Job compiles the
+# pipeline inside the CPU image.
+KFP_PACKAGES = ("kfp", "kfp-kubernetes")
 
 
 @dataclass(frozen=True)
@@ -89,7 +100,7 @@ def parse_lock(text: str) -> dict[str, tuple[str, frozenset[str]]]:
     name = None
     for line in text.splitlines():
         if m := REQ.match(line):
-            name = re.sub(r"[-_.]+", "-", m.group(1)).lower()
+            name = normalize(m.group(1))
             pins[name] = (m.group(2), frozenset())
         for h in HASH.findall(line):
             if name is None:
@@ -97,6 +108,19 @@ def parse_lock(text: str) -> dict[str, tuple[str, frozenset[str]]]:
             version, hashes = pins[name]
             pins[name] = (version, hashes | {h})
     return pins
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def declared(package: str) -> str:
+    """pyproject.toml's requirement on `package` (e.g. `kfp>=2.17,<2.18`): its one declaration."""
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    found = [d for d in deps if normalize(re.split(r"[\s\[<>=!~;]", d, maxsplit=1)[0]) == package]
+    if len(found) != 1:
+        raise ValueError(f"pyproject.toml declares {package} {len(found)} times: {found}")
+    return found[0]
 
 
 def torch_cpu_links() -> str:
