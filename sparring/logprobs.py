@@ -8,6 +8,8 @@ in fp32, plus its exp for the entropy, is ~0.8 GB per tensor for SmolLM2 (V = 49
   3. the head + fp32 log-softmax run over chunks of those positions, each chunk under
      activation checkpointing, so at most one chunk's (n, V) logits live at a time, forward or
      backward: log p(y) = logit_y - logsumexp(logits), entropy = -sum(p * log p).
+The logits are divided by the temperature the tokens were sampled at (as verl and TRL do), so
+the log-probs, the entropy and the KL describe the distribution that actually played.
 Positions outside the mask get 0 (every consumer multiplies by the mask).
 
 Models whose logits are not simply `lm_head(last hidden state)` (soft-capping, logit scaling)
@@ -31,11 +33,14 @@ def token_log_probs(
     with_entropy: bool = False,
     entropy_grad: bool = False,
     chunk_elements: int = CHUNK_ELEMENTS,
+    temperature: torch.Tensor | None = None,  # (B,) each row's sampling temperature; None = 1
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log p(token t+1 | prefix) (B, T-1) fp32 and, if asked, the entropy (B, T-1); 0 where
-    `response_mask` is 0. The entropy carries gradients only with `entropy_grad`."""
+    """log p(token t+1 | prefix) (B, T-1) fp32 of softmax(logits / temperature) and, if asked,
+    its entropy (B, T-1); 0 where `response_mask` is 0. The entropy carries gradients only
+    with `entropy_grad`."""
     pos = response_mask.bool()  # (B, T-1)
     labels = input_ids[:, 1:][pos]  # (N,)
+    temps = None if temperature is None else temperature[:, None].expand(pos.shape)[pos]  # (N,)
     split = split_head(model, input_ids, attention_mask)
     if split is not None:
         decoder, head = split
@@ -48,7 +53,7 @@ def token_log_probs(
         rows, head = logits[:, :-1][pos], torch.nn.Identity()  # (N, V) in the model's dtype
     vocab = _vocab_size(model, head, rows)
     log_prob, entropy = selective_log_softmax(
-        rows, head, labels, with_entropy, entropy_grad, max(1, chunk_elements // vocab)
+        rows, head, labels, with_entropy, entropy_grad, max(1, chunk_elements // vocab), temps
     )  # (N,), (N,)
     out = torch.zeros(pos.shape, dtype=torch.float32, device=rows.device)  # (B, T-1)
     out[pos] = log_prob
@@ -66,12 +71,18 @@ def selective_log_softmax(
     with_entropy: bool = False,
     entropy_grad: bool = False,
     chunk_tokens: int = 1024,
+    temperature: torch.Tensor | None = None,  # (N,) per row; None = 1
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log softmax(head(rows))[labels] (N,) fp32 and the entropy (N,), `chunk_tokens` rows at a
-    time; with gradients on, each chunk is recomputed in backward instead of kept."""
+    """log softmax(head(rows) / temperature)[labels] (N,) fp32 and the entropy (N,),
+    `chunk_tokens` rows at a time; with gradients on, each chunk is recomputed in backward
+    instead of kept."""
 
-    def chunk(h: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def chunk(
+        h: torch.Tensor, y: torch.Tensor, t: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         logits = head(h).float()  # (n, V)
+        if t is not None:
+            logits = logits / t[:, None].float()  # (n, V): the sampled distribution's logits
         lse = torch.logsumexp(logits, dim=-1)  # (n,)
         log_prob = logits.gather(-1, y[:, None]).squeeze(-1) - lse  # (n,)
         if not with_entropy:
@@ -85,7 +96,8 @@ def selective_log_softmax(
     log_probs, entropies = [], []
     for i in range(0, rows.shape[0], chunk_tokens):
         h, y = rows[i : i + chunk_tokens], labels[i : i + chunk_tokens]
-        lp, ent = checkpoint(chunk, h, y, use_reentrant=False) if grad else chunk(h, y)
+        t = None if temperature is None else temperature[i : i + chunk_tokens]
+        lp, ent = checkpoint(chunk, h, y, t, use_reentrant=False) if grad else chunk(h, y, t)
         log_probs.append(lp)
         entropies.append(ent)
     if not log_probs:  # no response tokens: empty, but still in the graph (backward gives 0)

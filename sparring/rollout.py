@@ -201,8 +201,9 @@ def play(
                 policies[name].release([lg.session(s) for s in range(lg.game.num_seats)])
     bar.close()
     episodes = [lg.episode() for lg in live]
+    sampled = {"temperature": cfg.sampling.temperature, "top_p": cfg.sampling.top_p}
     samples = [
-        row
+        row | (sampled if lg.seats[seat] in backends else {})  # what the trainer must score
         for lg, ep in zip(live, episodes, strict=True)
         for seat, trace in enumerate(lg.traces)
         if trace is not None and (row := sample_row(ep, seat, trace)) is not None

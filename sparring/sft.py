@@ -60,6 +60,7 @@ def sft(
     device = pick_device(cfg.device)
     df = load_samples(samples_paths, policy=None)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
+    df = df.drop(columns=["temperature", "top_p"], errors="ignore")  # imitation: plain softmax
     batch = collate(df, tokenizer.pad_token_id, cfg.max_seq_len)
     model = load_model(model_path, device, cfg=cfg)
     actor_cfg = grpo.actor_config(0.2, None, cfg.loss_agg_mode)  # only its loss aggregation

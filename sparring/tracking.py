@@ -27,7 +27,8 @@ from typing import Any
 import requests
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param
 from mlflow.tracking import MlflowClient
-from pydantic import BaseModel, Field
+
+from sparring.settings import TrackingConfig
 
 CHAMPION = "champion"
 ITERATION_TAG = "sparring.iteration"
@@ -38,25 +39,6 @@ _PARAM_MAX = 6000  # MLflow's limit on a param value
 
 class TrackingUnavailableError(RuntimeError):
     """The MLflow tracking server does not answer."""
-
-
-class TrackingConfig(BaseModel):
-    """Where and under which experiment a pipeline logs."""
-
-    # False: no MLflow at all (the benches): checkpoints are still stored, under
-    # <storage.root>/<run>/<iteration>/checkpoint, but nothing is logged or registered.
-    enabled: bool = True
-    tracking_uri: str | None = None  # None = $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db
-    experiment: str = "sparring"  # one experiment per pipeline
-    artifact_location: str | None = None  # run artifacts of a NEW experiment, e.g. s3://b/mlflow
-    probe_timeout: float = Field(5.0, gt=0)  # seconds to wait for an http(s) server's /health
-    # The storage URI behind the server's `mlflow-artifacts:/` (its --artifacts-destination).
-    # Checkpoints under it register with proxied sources: loaders need only the tracking URI.
-    artifacts_destination: str | None = None
-
-    def resolved_uri(self) -> str:
-        """The tracking URI this config means."""
-        return self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
 
 
 def connect(config: TrackingConfig | None = None) -> MlflowClient:

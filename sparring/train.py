@@ -128,6 +128,7 @@ class Batch:
     attention_mask: torch.Tensor  # (B, T)
     response_mask: torch.Tensor  # (B, T-1) float, 1 where token t+1 is the seat's own
     token_rewards: torch.Tensor  # (B, T-1) the seat's reward on its last own token
+    temperature: torch.Tensor  # (B,) the temperature each row was sampled at
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -140,6 +141,7 @@ class Batch:
             self.attention_mask[rows, :t],
             self.response_mask[rows, : t - 1],
             self.token_rewards[rows, : t - 1],
+            self.temperature[rows],
         )
 
     def to(self, device: torch.device) -> Batch:
@@ -148,6 +150,7 @@ class Batch:
             self.attention_mask.to(device),
             self.response_mask.to(device),
             self.token_rewards.to(device),
+            self.temperature.to(device),
         )
 
 
@@ -205,7 +208,24 @@ def collate(df: pd.DataFrame, pad_id: int | None, max_len: int | None = None) ->
         rew[i, :n] = torch.as_tensor(np.array(r[:n], dtype=np.float32))
     if mask[:, 1:].sum() == 0:
         raise ValueError("no assistant tokens to train on (assistant_mask is 0 everywhere)")
-    return Batch(ids, attn, mask[:, 1:], rew[:, 1:])
+    return Batch(ids, attn, mask[:, 1:], rew[:, 1:], sampling_temperature(df))
+
+
+def sampling_temperature(df: pd.DataFrame) -> torch.Tensor:
+    """(B,) the temperature each row was sampled at (the samples' `temperature` column; 1 for
+    scripted play and samples written before the column existed). Log-probs of top-p or greedy
+    samples are not those of any softmax we can compute, so they are refused."""
+    if "top_p" in df.columns and (df.top_p < 1).any():
+        raise ValueError(
+            "samples were drawn with top_p < 1: their log-probs are not the model's softmax, so "
+            "GRPO's ratio would be biased; roll out with sampling.top_p: 1"
+        )
+    temps = df["temperature"].fillna(1.0) if "temperature" in df.columns else 1.0
+    temps = torch.as_tensor(np.broadcast_to(np.asarray(temps, np.float32), len(df)).copy())
+    if (temps <= 0).any():
+        raise ValueError("samples were drawn greedily (temperature 0): there is no policy ratio "
+                         "to train on; roll out with sampling.temperature > 0")  # fmt: skip
+    return temps  # (B,)
 
 
 def load_model(
@@ -230,6 +250,7 @@ def token_log_probs(
         batch.response_mask,
         with_entropy,
         entropy_grad,
+        temperature=batch.temperature,
     )
 
 

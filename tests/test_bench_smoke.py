@@ -93,68 +93,42 @@ def test_grouping_ablation_bench(tiny_model_dir, tmp_path):
     assert (tmp_path / "grouping_ablation.png").exists()
 
 
-def test_learning_bench(tmp_path):
-    last = run_bench(
-        "learning.py",
-        "--iterations",
-        "1",
-        "--train-states",
-        "4",
-        "--games-per-init",
-        "2",
-        "--val-states",
-        "4",
-        "--sft-states",
-        "8",
-        "--sft-epochs",
-        "1",
-        "--max-new-tokens",
-        "16",
-        "--out",
-        str(tmp_path),
-    )
-    name, value = last.split()[1:]
-    assert name == "learning_gain" and abs(float(value)) <= 1
-    curve = json.loads((tmp_path / "learning.json").read_text())["curve"]
-    assert [row["iteration"] for row in curve] == [0, 1]
-    assert all(len(row["rewards"]) == 4 for row in curve)  # per val state: the paired s.e.
-    gain = sum(curve[1]["rewards"]) / 4 - sum(curve[0]["rewards"]) / 4
-    assert abs(gain - (curve[1]["reward"] - curve[0]["reward"])) < 1e-9
-    assert abs(float(value) - gain) <= 5e-4 + 1e-9  # printed to 3 decimals
+# The smallest run of a shipped recipe that still warm-starts, plays, trains and evaluates.
+SMOKE = ("iterations=1", "game_init.num_val=3", "warm_start.num_states=4")
+SMOKE += ("warm_start.train.epochs=1", "rollout.sampling.max_new_tokens=8")
+SMOKE += ("eval.rollout.sampling.max_new_tokens=8", "game.params.max_turns=2")
+
+
+def smoke_args(*pairs: str) -> list[str]:
+    return [arg for pair in (*SMOKE, *pairs) for arg in ("--set", pair)]
+
+
+def test_learning_bench_runs_the_product_loop_per_training_seed(tiny_model_dir, tmp_path):
+    """Two training seeds of configs/pipeline.yaml through `run_loop`: each curve starts with
+    the evaluation before any update, and the RESULT is the mean of the seeds' paired gains."""
+    sets = smoke_args(f"model={tiny_model_dir}", "games_per_iteration=16")
+    results = bench_results("learning.py", *sets, "--seeds", "0", "1", "--out", str(tmp_path))
+    saved = json.loads((tmp_path / "learning.json").read_text())
+    assert sorted(saved["curves"]) == ["0", "1"]
+    for curve in saved["curves"].values():
+        assert [row["iteration"] for row in curve] == [-1, 0]  # the start, then iteration 0
+    gains = [gain for gain, _ in saved["gains"].values()]
+    assert list(results) == ["learning_gain"]
+    assert results["learning_gain"] == pytest.approx(sum(gains) / 2, abs=5e-4)
+    for seed, curve in saved["curves"].items():  # the gain is the champion metric's change
+        assert saved["gains"][seed][0] == pytest.approx(curve[-1]["reward"] - curve[0]["reward"])
     assert (tmp_path / "learning.png").stat().st_size > 1000
 
 
 def test_learning_bench_real_model(smollm2_dir, tmp_path):
-    """bench/learning.py with a real model: zero-shot eval, warm start, one GRPO iteration."""
-    results = bench_results(
-        "learning.py",
-        "--model",
-        str(smollm2_dir),
-        "--iterations",
-        "1",
-        "--train-states",
-        "1",
-        "--games-per-init",
-        "2",
-        "--val-states",
-        "1",
-        "--sft-states",
-        "1",
-        "--max-turns",
-        "2",
-        "--max-new-tokens",
-        "4",
-        "--mini-batch",
-        "2",
-        "--micro-batch",
-        "1",
-        "--out",
-        str(tmp_path),
-    )
-    assert list(results) == ["real_learning_gain"] and abs(results["real_learning_gain"]) <= 1
+    """bench/learning.py on the SmolLM2 recipe (LoRA warm start, one GRPO iteration)."""
+    sets = smoke_args(f"model={smollm2_dir}", "games_per_iteration=8", "train.mini_batch_size=2")
+    sets += ["--set", "train.micro_batch_size=1", "--set", "warm_start.train.micro_batch_size=1"]
+    config = str(ROOT / "configs" / "pipeline-smollm2.yaml")
+    results = bench_results("learning.py", "--config", config, *sets, "--out", str(tmp_path))
+    assert list(results) == ["learning_gain"] and abs(results["learning_gain"]) <= 1
     saved = json.loads((tmp_path / "learning.json").read_text())
-    assert [row["iteration"] for row in saved["curve"]] == [-1, 0, 1]  # zero-shot, start, GRPO
-    assert saved["args"]["lora_rank"] == 16  # the real model's defaults apply
+    assert [row["iteration"] for row in saved["curves"]["0"]] == [-1, 0]
 
 
 def test_engine_profile_rows_add_up_to_the_wall_time(tiny_model_dir):

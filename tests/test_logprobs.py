@@ -109,3 +109,39 @@ def test_models_with_their_own_logits_take_the_fallback(tiny_model_dir):
     model._sparring_plain_head = False  # as for a soft-capping model: full logits, gathered
     fallback, _ = token_log_probs(model, ids, attn, mask, True)
     torch.testing.assert_close(split, fallback, atol=1e-6, rtol=0)
+
+
+def test_log_probs_describe_the_tempered_distribution():
+    """One position, vocab 3, logits (0, ln 2, ln 4), label 2. At T=1: p = (1, 2, 4) / 7, so
+    log p(2) = ln 4 - ln 7. At T=0.5 the logits double to (0, 2 ln 2, 4 ln 4) = ln(1, 4, 16):
+    p = (1, 4, 16) / 21, so log p(2) = ln 16 - ln 21. Entropy at T=0.5: -sum p ln p."""
+    logits = torch.tensor([[0.0, torch.log(torch.tensor(2.0)), torch.log(torch.tensor(4.0))]])
+    label = torch.tensor([2])
+    at_1, _ = selective_log_softmax(logits, torch.nn.Identity(), label)
+    assert at_1.item() == pytest.approx(torch.log(torch.tensor(4 / 7)).item(), abs=1e-6)
+    half, entropy = selective_log_softmax(
+        logits, torch.nn.Identity(), label, with_entropy=True, temperature=torch.tensor([0.5])
+    )
+    assert half.item() == pytest.approx(torch.log(torch.tensor(16 / 21)).item(), abs=1e-6)
+    p = torch.tensor([1.0, 4.0, 16.0]) / 21
+    assert entropy.item() == pytest.approx(-(p * p.log()).sum().item(), abs=1e-6)
+
+
+def test_each_row_is_scored_at_its_own_temperature(tiny_model_dir):
+    """A batch whose rows were sampled at 0.7 and 1.0: each row's log-probs equal the full
+    log-softmax of the model's logits divided by that row's temperature."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    ids = torch.randint(
+        0, model.config.vocab_size, (2, 10), generator=torch.Generator().manual_seed(0)
+    )
+    attn, mask = torch.ones_like(ids), torch.ones(2, 9)
+    temps = torch.tensor([0.7, 1.0])
+    with torch.no_grad():
+        lp, _ = token_log_probs(model, ids, attn, mask, temperature=temps)
+        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()  # (2, 9, V)
+        want = torch.log_softmax(logits / temps[:, None, None], -1).gather(-1, ids[:, 1:, None])
+    torch.testing.assert_close(lp, want.squeeze(-1), atol=1e-4, rtol=1e-4)
+    with torch.no_grad():
+        at_1, _ = token_log_probs(model, ids, attn, mask)
+    assert not torch.allclose(lp[0], at_1[0], atol=1e-3)  # the T=0.7 row differs from T=1
+    torch.testing.assert_close(lp[1], at_1[1])

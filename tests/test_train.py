@@ -82,6 +82,20 @@ def test_bad_samples_fail_clearly(tiny_model_dir, tokenizer, tmp_path):
         run(df.assign(assistant_mask=[m[:-1] for m in df.assistant_mask]))
     with pytest.raises(ValueError, match="only used when kl_coef > 0"):
         train(tiny_model_dir, [write(df, tmp_path)], tmp_path / "o", None, tiny_model_dir)
+    with pytest.raises(ValueError, match="top_p < 1"):
+        run(df.assign(temperature=0.7, top_p=0.9))
+    with pytest.raises(ValueError, match="greedily"):
+        run(df.assign(temperature=0.0, top_p=1.0))
+
+
+def test_collate_carries_each_rows_sampling_temperature(tokenizer):
+    """The rollout's `temperature` column reaches the batch; scripted rows (NaN) and samples
+    without the column are scored at 1."""
+    df = make_samples(tokenizer, [1.0, 0.0, 0.5, 0.5])
+    assert collate(df, tokenizer.pad_token_id).temperature.tolist() == [1.0] * 4
+    df["temperature"] = [0.7, 0.7, float("nan"), 1.3]
+    got = collate(df, tokenizer.pad_token_id).temperature
+    torch.testing.assert_close(got, torch.tensor([0.7, 0.7, 1.0, 1.3]))
 
 
 def test_one_step_widens_the_gap_between_positive_and_negative_log_prob(tiny_model_dir, tokenizer):
@@ -190,6 +204,7 @@ def test_rollout_samples_train_and_the_checkpoint_plays(tiny_model_dir, tmp_path
         tmp_path / "r0",
     )["samples"]
     df = pd.read_parquet(samples)
+    assert (df.temperature == 1.0).all() and (df.top_p == 1.0).all()  # what the trainer scores
     # a random model rarely agrees, so give the seats of game 0 a win to learn from
     df["token_rewards"] = [
         [0.0] * (len(r) - 1) + [float(g == df.game[0])]

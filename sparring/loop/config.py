@@ -27,8 +27,8 @@ from sparring.games import GameSpec
 from sparring.opponents import DifficultyConfig, past_steps
 from sparring.rollout import RolloutConfig
 from sparring.samples import check_group_key
+from sparring.settings import TrackingConfig
 from sparring.storage import StorageConfig
-from sparring.tracking import TrackingConfig
 from sparring.verl_backend.config import VerlConfig
 
 # The runtime images, as images/build.sh tags them: <repository>:<version>-cpu|-gpu.

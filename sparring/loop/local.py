@@ -34,7 +34,7 @@ from sparring.loop.config import PipelineConfig
 from sparring.loop.stop import Stopped, stop_on_signals
 
 if TYPE_CHECKING:
-    from sparring.tracking import TrackingConfig
+    from sparring.settings import TrackingConfig
 
 # Lines worth showing (the rest, e.g. kfp's executor inputs and progress bars, go to the log).
 _PROGRESS = re.compile(r"\[sparring\]|Executing task|finished with status|Error|error:")

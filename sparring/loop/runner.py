@@ -78,7 +78,8 @@ def run_loop(
     on_iteration: Callable[[Iteration], None] | None = None,
 ) -> LoopResult:
     """Run every iteration of `cfg` in this process, files under `work`; see the module
-    docstring. `on_iteration` sees each finished iteration (a bench's live curve)."""
+    docstring. `on_iteration` sees each finished iteration, and first the start's evaluation
+    with `evaluate_start` (a bench's live curve)."""
     work = Path(work)
     job_id = job_id or cfg.run_name or f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     # 0. start
@@ -117,6 +118,8 @@ def _iterate(
     start = None
     if cfg.evaluate_start:
         start = _evaluate(cfg, model, None, val_inits, work, run_name, cfg.first_iteration - 1)
+        if on_iteration:
+            on_iteration(start)
     # 4. the iterations
     done = []
     for step in plan(cfg):
