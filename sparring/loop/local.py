@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sparring.dev.mlflowserver import ARTIFACT_ROOT
-from sparring.dev.services import local_services
+from sparring.loop.services import local_services
 from sparring.loop.config import PipelineConfig
 from sparring.loop.stop import Stopped, stop_on_signals
 
