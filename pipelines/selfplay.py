@@ -29,6 +29,7 @@ from sparring.components import make_components
 
 from sparring.loop import run_params
 from sparring.loop.config import PURE_STEPS, KubernetesSettings, PipelineConfig
+from sparring.loop.plan import IterationPlan, plan
 
 S3_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 MLFLOW_LOGIN = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")  # basic auth
@@ -103,16 +104,95 @@ def _accelerated(task: dsl.PipelineTask, gpus: int, k8s: KubernetesSettings) -> 
     return task
 
 
+class _Graph:
+    """Builds one run's tasks: every task gets `_every_task` and, when it requests
+    accelerators, `_accelerated`. The per-variant builders below each add one stage."""
+
+    def __init__(self, cfg: PipelineConfig, config, job_id) -> None:
+        self.cfg, self.c, self.config, self.job_id = (
+            cfg,
+            make_components(cfg.kubernetes),
+            config,
+            job_id,
+        )
+        self.run_name = self.parent = self.inits = None  # `start`'s and game-init's outputs
+        self.games = None  # the run parameter games_per_iteration (the plan's is compile-time)
+
+    def task(self, component, name: str, gpus: int = 0, **kwargs) -> dsl.PipelineTask:
+        made = _every_task(component(**kwargs), component.name, self.cfg)
+        return _accelerated(made, gpus, self.cfg.kubernetes).set_display_name(name)
+
+    def rollout(self, step: IterationPlan, model, schedule: dict) -> dsl.PipelineTask:
+        """One rollout task (pure self-play or the opponent mix, schedule carried on)."""
+        return self.task(
+            self.c.rollout, f"rollout-{step.iteration}", self.cfg.kubernetes.rollout_gpus,
+            **self._play(step, model), run_name=self.run_name, **schedule,
+        )  # fmt: skip
+
+    def sharded_rollout(self, step: IterationPlan, model) -> dsl.PipelineTask:
+        """`rollout.shards` shard tasks in a ParallelFor (a slice of the states each), merged."""
+        i, k8s = step.iteration, self.cfg.kubernetes
+        with dsl.ParallelFor(
+            list(range(self.cfg.rollout.shards)), name=f"rollout-shards-{i}"
+        ) as shard:
+            part = self.task(
+                self.c.rollout_shard, f"rollout-{i}-shard", k8s.rollout_gpus, shard=shard,
+                **self._play(step, model),
+            )  # fmt: skip
+        return self.task(
+            self.c.merge_rollouts, f"rollout-{i}", config=self.config,
+            shards=dsl.Collected(part.outputs["samples"]), iteration=i, run_name=self.run_name,
+        )  # fmt: skip
+
+    def train(self, step: IterationPlan, model, reference, samples) -> dsl.PipelineTask:
+        """The GRPO update on a rollout's samples."""
+        return self.task(
+            self.c.train, f"train-{step.iteration}", self.cfg.kubernetes.train_gpus,
+            config=self.config, model=model, reference=reference, samples=samples,
+            parent_run_id=self.parent, iteration=step.iteration,
+        )  # fmt: skip
+
+    def verl(self, step: IterationPlan, model) -> dsl.PipelineTask:
+        """`train_backend: verl`: one task plays and trains (with nnodes > 1 it drives a RayJob
+        and needs no GPU of its own, only the volume the Ray pods share)."""
+        v = self.cfg.verl
+        tr = self.task(
+            self.c.verl_train, f"verl-train-{step.iteration}",
+            v.n_gpus_per_node if v.nnodes == 1 else 0, **self._play(step, model),
+            run_name=self.run_name,
+        )  # fmt: skip
+        if v.nnodes > 1:
+            kubernetes.mount_pvc(tr, v.rayjob.shared_pvc, v.rayjob.shared_path)
+        return tr
+
+    def evaluate(self, iteration: int, model, previous=None) -> dsl.PipelineTask:
+        """Val games with `model` (against `previous` where a mode needs it)."""
+        extra = {"previous": previous} if previous is not None else {}
+        return self.task(
+            self.c.evaluate, f"evaluate-{iteration}", self.cfg.kubernetes.eval_gpus,
+            config=self.config, model=model, inits=self.inits, iteration=iteration,
+            run_name=self.run_name, **extra,
+        )  # fmt: skip
+
+    def register(self, step: IterationPlan, trained, samples, rollout_metrics, tr, ev):
+        """Store and register the iteration's checkpoint, with all its metrics."""
+        return self.task(
+            self.c.register, f"register-{step.iteration}", config=self.config, model=trained,
+            iteration=step.iteration, run_name=self.run_name, parent_run_id=self.parent,
+            samples=samples, evaluation=ev.outputs["evaluation"],
+            rollout_metrics=rollout_metrics, train_metrics=tr.outputs["metrics"],
+            eval_metrics=ev.outputs["metrics"], kfp_run_id=self.job_id,
+        )  # fmt: skip
+
+    def _play(self, step: IterationPlan, model) -> dict:
+        return {"config": self.config, "model": model, "inits": self.inits,
+                "iteration": step.iteration, "games": self.games}  # fmt: skip
+
+
 def build_pipeline(cfg: PipelineConfig):
-    """The self-play pipeline function for `cfg` (compile it, run it locally or submit it)."""
+    """The self-play pipeline function for `cfg` (compile it, run it locally or submit it):
+    the iterations of `sparring.loop.runner.plan(cfg)`, unrolled, each stage one task."""
     cfg.grpo_config(), cfg.sft_config()  # fail now, not in a train task
-    k8s = cfg.kubernetes
-    c = make_components(k8s)
-
-    def task(component, name: str, gpus: int = 0, **kwargs) -> dsl.PipelineTask:
-        made = _every_task(component(**kwargs), component.name, cfg)
-        return _accelerated(made, gpus, k8s).set_display_name(name)
-
     p = run_params.values(cfg)
     compiled = run_params.compile_time(cfg)
 
@@ -130,135 +210,61 @@ def build_pipeline(cfg: PipelineConfig):
         run = {"compiled": compiled, "job_id": dsl.PIPELINE_JOB_ID_PLACEHOLDER}
         run["job_name"] = dsl.PIPELINE_JOB_NAME_PLACEHOLDER
         names = {"experiment": experiment, "registered_model": registered_model}
-        finish = task(c.finish, "finish", config=config, **run, **names)
+        g = _Graph(cfg, config, run["job_id"])
+        g.games = games_per_iteration
+        finish = g.task(g.c.finish, "finish", config=config, **run, **names)
         with dsl.ExitHandler(finish, name="iterations"):  # finish runs even if a task fails
-            start = task(
-                c.start,
-                "start",
-                config=config,
-                **run,
-                **names,
-                model=model,
-                learning_rate=learning_rate,
-                init_seed=init_seed,
-                sampling_seed=sampling_seed,
-                games_per_iteration=games_per_iteration,
-                eval_games=eval_games,
-            )
-            run_name, parent = start.outputs["run_name"], start.outputs["parent_run_id"]
-            config = start.outputs["run_config"]  # the config with the run parameters applied
-            inits = task(c.game_init, "game-init", config=config, run_name=run_name).outputs[
-                "inits"
-            ]
-            model = task(c.initial_model, "initial-model", config=config).outputs["model"]
-            if cfg.warm_start:
-                warm = task(
-                    c.warm_start,
-                    "warm-start",
-                    k8s.train_gpus,
-                    config=config,
-                    base=model,
-                    inits=inits,
-                )
-                model = warm.outputs["model"]
-            reference, registers, schedule = model, {}, {}
-            past = cfg.opponents.checkpoint_steps  # rollout i loads register i-k-1's upload
-            for i in range(cfg.first_iteration, cfg.first_iteration + cfg.iterations):
-                if cfg.train_backend == "verl":  # one GPU task plays and trains (route 1)
-                    v = cfg.verl  # nnodes > 1: the task drives a RayJob and needs no GPU
-                    tr = task(
-                        c.verl_train,
-                        f"verl-train-{i}",
-                        v.n_gpus_per_node if v.nnodes == 1 else 0,
-                        config=config,
-                        model=model,
-                        inits=inits,
-                        iteration=i,
-                        games=games_per_iteration,
-                        run_name=run_name,
-                    )
-                    if v.nnodes > 1:  # the volume the Ray pods share (model, rows, checkpoints)
-                        kubernetes.mount_pvc(tr, v.rayjob.shared_pvc, v.rayjob.shared_path)
-                    samples, rollout_metrics = tr.outputs["data"], tr.outputs["metrics"]
-                else:
-                    play = {"config": config, "model": model, "inits": inits, "iteration": i}
-                    play["games"] = games_per_iteration
-                    if cfg.rollout.shards > 1:  # fan out by initial state, then merge
-                        shards = list(range(cfg.rollout.shards))
-                        with dsl.ParallelFor(shards, name=f"rollout-shards-{i}") as shard:
-                            part = task(
-                                c.rollout_shard,
-                                f"rollout-{i}-shard",
-                                k8s.rollout_gpus,
-                                shard=shard,
-                                **play,
-                            )
-                        ro = task(
-                            c.merge_rollouts,
-                            f"rollout-{i}",
-                            config=config,
-                            shards=dsl.Collected(part.outputs["samples"]),
-                            iteration=i,
-                            run_name=run_name,
-                        )
-                    else:
-                        ro = task(
-                            c.rollout,
-                            f"rollout-{i}",
-                            k8s.rollout_gpus,
-                            run_name=run_name,
-                            **play,
-                            **schedule,
-                        )
-                        schedule = {"previous_schedule": ro.outputs["schedule"]}  # carried on
-                    if past and i - past[0] - 1 in registers:
-                        ro.after(registers[i - past[0] - 1])
-                    tr = task(
-                        c.train,
-                        f"train-{i}",
-                        k8s.train_gpus,
-                        config=config,
-                        model=model,
-                        reference=reference,
-                        samples=ro.outputs["samples"],
-                        parent_run_id=parent,
-                        iteration=i,
-                    )
-                    samples, rollout_metrics = ro.outputs["samples"], ro.outputs["metrics"]
-                ev = task(
-                    c.evaluate,
-                    f"evaluate-{i}",
-                    k8s.eval_gpus,
-                    config=config,
-                    model=tr.outputs["trained"],
-                    previous=model,
-                    inits=inits,
-                    iteration=i,
-                    run_name=run_name,
-                )
-                rg = task(
-                    c.register,
-                    f"register-{i}",
-                    config=config,
-                    model=tr.outputs["trained"],
-                    iteration=i,
-                    run_name=run_name,
-                    parent_run_id=parent,
-                    samples=samples,
-                    evaluation=ev.outputs["evaluation"],
-                    rollout_metrics=rollout_metrics,
-                    train_metrics=tr.outputs["metrics"],
-                    eval_metrics=ev.outputs["metrics"],
-                    kfp_run_id=run["job_id"],
-                )
-                if i - 1 in registers:
-                    rg.after(registers[i - 1])  # champion decisions in iteration order
-                model, registers[i] = tr.outputs["trained"], rg
+            start = g.task(
+                g.c.start, "start", config=config, **run, **names, model=model,
+                learning_rate=learning_rate, init_seed=init_seed, sampling_seed=sampling_seed,
+                games_per_iteration=games_per_iteration, eval_games=eval_games,
+            )  # fmt: skip
+            _iterations(g, start)
         return Outputs(finish.outputs["champion_version"], finish.outputs["champion_score"])
 
     selfplay_pipeline.__doc__ = _docstring()
-    deadline = dsl.PipelineConfig(active_deadline_seconds=k8s.run_deadline_seconds)
+    deadline = dsl.PipelineConfig(active_deadline_seconds=cfg.kubernetes.run_deadline_seconds)
     return dsl.pipeline(name=cfg.name, pipeline_config=deadline)(selfplay_pipeline)
+
+
+def _iterations(g: _Graph, start: dsl.PipelineTask) -> None:
+    """game-init, the initial model (warm-started), its evaluation, then every planned
+    iteration: as `sparring.loop.runner.run_loop` does in one process."""
+    cfg = g.cfg
+    g.config = config = start.outputs["run_config"]  # the config with the run parameters applied
+    g.run_name = run_name = start.outputs["run_name"]
+    g.parent = start.outputs["parent_run_id"]
+    g.inits = g.task(g.c.game_init, "game-init", config=config, run_name=run_name).outputs["inits"]
+    model = g.task(g.c.initial_model, "initial-model", config=config).outputs["model"]
+    if cfg.warm_start:
+        warm = g.task(
+            g.c.warm_start, "warm-start", cfg.kubernetes.train_gpus, config=config, base=model,
+            inits=g.inits,
+        )  # fmt: skip
+        model = warm.outputs["model"]
+    if cfg.evaluate_start:
+        g.evaluate(cfg.first_iteration - 1, model)
+    reference, registers, schedule = model, {}, {}
+    for step in plan(cfg):
+        if cfg.train_backend == "verl":
+            tr = g.verl(step, model)
+            samples, rollout_metrics = tr.outputs["data"], tr.outputs["metrics"]
+        else:
+            if cfg.rollout.shards > 1:
+                ro = g.sharded_rollout(step, model)
+            else:
+                ro = g.rollout(step, model, schedule)
+                schedule = {"previous_schedule": ro.outputs["schedule"]}  # carried on
+            if step.after_register is not None:  # a past-<k> opponent: its checkpoint first
+                ro.after(registers[step.after_register])
+            samples, rollout_metrics = ro.outputs["samples"], ro.outputs["metrics"]
+            tr = g.train(step, model, reference, samples)
+        trained = tr.outputs["trained"]
+        ev = g.evaluate(step.iteration, trained, previous=model)
+        rg = g.register(step, trained, samples, rollout_metrics, tr, ev)
+        if step.iteration - 1 in registers:
+            rg.after(registers[step.iteration - 1])  # champion decisions in iteration order
+        model, registers[step.iteration] = trained, rg
 
 
 def _docstring() -> str:

@@ -30,14 +30,7 @@ from typing import NamedTuple
 from sparring.loop import tasks
 from sparring.loop.config import PipelineConfig
 from sparring.loop.io import log
-
-
-class IterationPlan(NamedTuple):
-    """What one iteration does, fixed before the run starts."""
-
-    iteration: int
-    games: int  # self-play games of its rollout
-    after_register: int | None  # a `past-<k>` opponent: wait for this iteration's register
+from sparring.loop.plan import IterationPlan, plan
 
 
 class Iteration(NamedTuple):
@@ -58,17 +51,6 @@ class LoopResult(NamedTuple):
     start: Iteration | None  # the model before any update, with `evaluate_start`
     iterations: list[Iteration]
     summary: str  # the run summary (Markdown) that `finish` wrote
-
-
-def plan(cfg: PipelineConfig) -> list[IterationPlan]:
-    """The iterations of `cfg` in order. Rollout i of a pool with `past-<k>` opponents loads the
-    checkpoint iteration i-k-1 registered (smallest k), so it must wait for that register."""
-    first, past = cfg.first_iteration, cfg.opponents.checkpoint_steps
-    out = []
-    for i in range(first, first + cfg.iterations):
-        after = i - past[0] - 1 if past and i - past[0] - 1 >= first else None
-        out.append(IterationPlan(i, cfg.games_per_iteration, after))
-    return out
 
 
 def run_loop(
