@@ -156,11 +156,19 @@ def anchors(path: Path) -> set[str]:
 @cache
 def tree_has(commit: str, rel: str) -> bool | None:
     """Whether `rel` exists at `commit` (None: the clone lacks the commit)."""
-    known = subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=ROOT)
-    if known.returncode:
+
+    def git_has(obj: str) -> bool:
+        return (
+            subprocess.run(["git", "cat-file", "-e", obj], cwd=ROOT, capture_output=True).returncode
+            == 0
+        )
+
+    try:
+        if not git_has(f"{commit}^{{commit}}"):
+            return None  # a shallow clone, or no git history at all
+    except FileNotFoundError:  # no git
         return None
-    found = subprocess.run(["git", "cat-file", "-e", f"{commit}:{rel.rstrip('/')}"], cwd=ROOT)
-    return found.returncode == 0
+    return git_has(f"{commit}:{rel.rstrip('/')}")
 
 
 def defines(path: Path, name: str) -> bool:
