@@ -64,33 +64,29 @@ def test_diplomacy_rollout_bench(tiny_model_dir):
 
 
 def test_grouping_ablation_bench(tiny_model_dir, tmp_path):
-    """At smoke size, from a model ref (a path here) with LoRA adapters (`--lora-rank`)."""
+    """configs/diplomacy-ablation.yaml at smoke size: one seed of every arm runs the product
+    loop from the shared warm start; an arm's score is its last evaluation's games against
+    greedy (their mean is the champion metric), and the RESULT is country minus init."""
     pytest.importorskip("diplomacy")
-    last = run_bench(
-        "grouping_ablation.py",
-        *("--model", str(tiny_model_dir), "--lora-rank", "4"),
-        "--iters",
-        "1",
-        "--train",
-        "7",
-        "--val",
-        "1",
-        "--warm",
-        "1",
-        "--warm-epochs",
-        "1",
-        "--max-new-tokens",
-        "8",
-        "--seeds",
-        "1",
-        "--eval-samples",
-        "2",
-        "--out",
-        str(tmp_path),
-    )
-    name, value = last.split()[1:]
-    assert name == "country_vs_init_gain" and abs(float(value)) <= 1
-    assert (tmp_path / "grouping_ablation.png").exists()
+    sets = (f"model={tiny_model_dir}", "iterations=1", "game_init.num_train=7")
+    sets += ("game_init.num_val=1", "rollout.games_per_init=2", "games_per_iteration=14")
+    sets += ("warm_start.num_states=1", "warm_start.train.epochs=1")
+    sets += ("rollout.sampling.max_new_tokens=8", "eval.rollout.sampling.max_new_tokens=8")
+    args = [arg for pair in sets for arg in ("--set", pair)]
+    lines = bench_output("grouping_ablation.py", *args, "--seeds", "0", "--out", str(tmp_path))
+    saved = json.loads((tmp_path / "grouping_ablation.json").read_text())
+    assert list(saved["arms"]) == ["warm start", "country", "init", "batch"]
+    runs = saved["runs"]
+    assert [(r["key"], r["seed"]) for r in runs] == [(k, 0) for k in ("country", "init", "batch")]
+    assert [json.loads(line) for line in lines if line.startswith("{")] == runs  # one per run
+    for run in runs:  # 1 val state x 7 countries vs greedy; the last eval is the champion metric
+        assert run["n"] == 7 and run["curve"] == [pytest.approx(run["mean"])]
+        assert saved["arms"][run["key"]]["per_seed"] == {"0": pytest.approx(run["mean"])}
+    gain = saved["arms"]["country"]["mean"] - saved["arms"]["init"]["mean"]
+    assert saved["country_vs_init_gain"] == pytest.approx(gain)
+    name, value = lines[-1].split()[1:]
+    assert name == "country_vs_init_gain" and float(value) == pytest.approx(gain, abs=5e-5)
+    assert (tmp_path / "grouping_ablation.png").stat().st_size > 1000
 
 
 # The smallest run of a shipped recipe that still warm-starts, plays, trains and evaluates.
