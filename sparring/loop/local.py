@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sparring.dev.mlflowserver import ARTIFACT_ROOT
-from sparring.loop.services import local_services
 from sparring.loop.config import PipelineConfig
+from sparring.loop.services import local_services
 from sparring.loop.stop import Stopped, stop_on_signals
 
 if TYPE_CHECKING:
