@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -36,40 +35,6 @@ def test_a_broken_config_names_the_bad_field():
     data["rollout"]["games_per_init"] = 0
     with pytest.raises(ValueError, match="rollout.games_per_init"):
         PipelineConfig.model_validate(data)
-
-
-def test_the_real_model_pipeline_is_the_learning_benchs_recipe():
-    """configs/pipeline-smollm2.yaml runs what `bench/learning.py --model smollm2-135m-instruct`
-    measured (REAL_DEFAULTS), so the documented curve is the config's."""
-    spec = importlib.util.spec_from_file_location("learning", ROOT / "bench" / "learning.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    d = bench.REAL_DEFAULTS
-    cfg = PipelineConfig.model_validate(
-        yaml.safe_load((CONFIG_DIR / "pipeline-smollm2.yaml").read_text())
-    )
-    grpo, sft = cfg.grpo_config(), cfg.sft_config()
-    assert cfg.model == "smollm2-135m-instruct" and cfg.device == "cpu"
-    assert cfg.game.params == {
-        "k": 3,
-        "max_turns": d["max_turns"],
-        "max_retries": d["max_retries"],
-        "random_names": False,
-    }
-    assert cfg.warm_start.num_states == d["sft_states"]
-    assert (sft.lr, sft.epochs, sft.lora_rank) == (d["sft_lr"], d["sft_epochs"], d["lora_rank"])
-    assert (grpo.lr, grpo.lora_rank, grpo.group_key) == (d["lr"], d["lora_rank"], "init")
-    assert (grpo.mini_batch_size, grpo.micro_batch_size) == (d["mini_batch"], d["micro_batch"])
-    assert cfg.iterations == d["iterations"]
-    assert cfg.games_per_iteration == d["train_states"] * d["games_per_init"]
-    assert cfg.rollout.games_per_init == d["games_per_init"]
-    assert cfg.game_init.num_val == d["val_states"]
-    for rollout in (cfg.rollout, cfg.eval.rollout):
-        assert (rollout.sampling.temperature, rollout.sampling.max_new_tokens) == (
-            d["temperature"],
-            d["max_new_tokens"],
-        )
-        assert rollout.max_live_games == d["max_live_games"]
 
 
 def test_the_real_model_pipeline_starts_from_the_cached_conversion(
