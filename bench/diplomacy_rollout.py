@@ -22,6 +22,7 @@ import tempfile
 
 from sparring.game_init import GameInitConfig, generate_inits
 from sparring.games import GameSpec
+from sparring.games.base import LEARNER
 from sparring.generation.base import SamplingParams
 from sparring.generation.hf import HFBackend
 from sparring.rollout import RolloutConfig, RolloutResult, play
@@ -72,12 +73,12 @@ def main() -> None:
         f"{args.max_new_tokens} new tokens per decision"
     )
 
-    play(inits[:1], {"policy": backend}, cfg, progress=False)  # warm-up (first-call costs)
+    play(inits[:1], {LEARNER: backend}, cfg, progress=False)  # warm-up (first-call costs)
 
     def run(label: str, batch: int, together: bool) -> float:
         backend.max_batch_size, backend.forward_seconds = batch, 0.0
         groups = [inits] if together else [[init] for init in inits]
-        results = [play(group, {"policy": backend}, cfg, progress=False) for group in groups]
+        results = [play(group, {LEARNER: backend}, cfg, progress=False) for group in groups]
         return report(label, results, backend)
 
     batched = run("batched", 7 * args.games, together=True)

@@ -36,6 +36,7 @@ import torch
 
 from sparring.game_init import GameInitConfig, generate_inits
 from sparring.games import GameSpec
+from sparring.games.base import LEARNER
 from sparring.generation import hf
 from sparring.generation.base import SamplingParams
 from sparring.models import resolve_model
@@ -120,7 +121,7 @@ def main() -> None:
     sampling = SamplingParams(temperature=0.7, max_new_tokens=args.max_new_tokens, seed=0)
     cfg = RolloutConfig(game=game, sampling=sampling, max_batch_size=args.batch)
     t0 = time.perf_counter()
-    result = play(inits, {"policy": backend}, cfg, progress=False)
+    result = play(inits, {LEARNER: backend}, cfg, progress=False)
     wall = time.perf_counter() - t0
 
     print(

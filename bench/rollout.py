@@ -40,6 +40,7 @@ from sparring.configs import CONFIG_DIR
 
 from sparring.game_init import GameInitConfig, generate_inits
 from sparring.games import GameSpec, make_game
+from sparring.games.base import LEARNER
 from sparring.generation.base import GenerationBackend, SamplingParams
 from sparring.generation.factory import BACKENDS, BackendConfig, make_backend
 from sparring.models import resolve_model
@@ -160,7 +161,7 @@ def main() -> None:
     )
     reset()
     c0 = time.process_time()
-    result = play(inits, {"policy": backend}, cfg, progress=False)
+    result = play(inits, {LEARNER: backend}, cfg, progress=False)
     batched_cpu = time.process_time() - c0
     batched_gps = len(inits) / result.seconds
     tokens_per_s = result.generated_tokens / result.seconds

@@ -25,6 +25,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sparring.games import GameSpec
+from sparring.games.base import LEARNER
 from sparring.generation.base import SamplingParams
 from sparring.rollout import Episode, Policy, RolloutConfig, load_inits, play
 
@@ -111,10 +112,10 @@ def evaluate(
                 metrics |= custom[0]
                 episodes[mode] = custom[1]
                 continue
-        other_name = {"selfplay": "policy", "vs_previous": "previous", "vs_scripted": cfg.opponent}[
+        other_name = {"selfplay": LEARNER, "vs_previous": "previous", "vs_scripted": cfg.opponent}[
             mode
         ]
-        policies: dict[str, Policy] = {"policy": policy}
+        policies: dict[str, Policy] = {LEARNER: policy}
         if mode == "vs_previous":
             policies["previous"] = previous
         elif mode == "vs_scripted":
@@ -127,7 +128,7 @@ def evaluate(
             seats = None
             if focal is not None:
                 seats = [other_name] * num_seats
-                seats[focal] = "policy"
+                seats[focal] = LEARNER
             eps = play(inits, policies, cfg.mode_rollout(seats), progress=progress).episodes
             mode_eps += eps
             for seat in range(len(eps[0].roles)) if focal is None else [focal]:

@@ -35,6 +35,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from sparring.games.base import LEARNER
 from sparring.rollout import Episode
 
 
@@ -149,7 +150,7 @@ def plan_seats(
     schedule: DifficultySchedule,
     selfplay_fraction: float = 0.0,
     seed: int = 0,
-    learner: str = "policy",
+    learner: str = LEARNER,
 ) -> tuple[list[list[str]], list[dict[str, Any]]]:
     """The `seat_plan` of `play` for `num_inits` initial states, and one log row per state.
 
@@ -196,7 +197,7 @@ def plan_seats(
     return plan, rows
 
 
-def learner_rewards(episodes: Sequence[Episode], learner: str = "policy") -> dict[str, list[float]]:
+def learner_rewards(episodes: Sequence[Episode], learner: str = LEARNER) -> dict[str, list[float]]:
     """The learner's reward per role, from games where it held exactly one seat (self-play
     games say nothing about opponent strength); the input of `DifficultySchedule.update`."""
     out: dict[str, list[float]] = {}

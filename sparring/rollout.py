@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field, model_validator
 from tqdm.auto import tqdm
 
 from sparring.games import Agent, Game, GameSpec, game_class
+from sparring.games.base import LEARNER
 from sparring.generation.base import GenerationBackend, SamplingParams, session_seed
 from sparring.generation.factory import BackendConfig, make_backend
 from sparring.samples import TokenTrace, sample_row, write_samples
@@ -225,7 +226,7 @@ def _start(
     """A fresh game from `state`, seated, with a token trace per sampled seat."""
     game = cfg.game.make()
     game.reset(state)
-    seats = list(seats or ["policy"] * game.num_seats)
+    seats = list(seats or [LEARNER] * game.num_seats)
     if len(seats) != game.num_seats:
         raise ValueError(f"{cfg.game.name} has {game.num_seats} seats but {len(seats)} are seated")
     unknown = sorted(set(seats) - set(policies))
@@ -316,7 +317,7 @@ def write_outputs(result: RolloutResult, out_dir: str | Path) -> dict[str, Path]
     return paths
 
 
-def rollout_stats(result: RolloutResult, learner: str = "policy") -> dict[str, float]:
+def rollout_stats(result: RolloutResult, learner: str = LEARNER) -> dict[str, float]:
     """The `rollout/*` and `perf/*` metrics of one rollout. Reward, invalid rate and the
     game's own `episode_metrics` cover the seats `learner` played (all seats in self-play)."""
     eps = result.episodes
@@ -361,8 +362,8 @@ def build_policies(
     policies: dict[str, Policy] = {}
     loaded: dict[str, HFBackend] = {}  # checkpoint path -> its backend
     extra_models = extra_models or {}
-    for name in sorted(set(seats or ["policy"])):
-        if name == "policy":
+    for name in sorted(set(seats or [LEARNER])):
+        if name == LEARNER:
             if model is None:
                 raise ValueError("a `policy` seat needs --model")
             policies[name] = make_backend(model, backend or BackendConfig(), device, max_batch_size)

@@ -37,7 +37,8 @@ from transformers import AutoTokenizer
 
 from sparring import grpo, logprobs, policy_model
 from sparring.device import pick_device
-from sparring.samples import read_samples
+from sparring.games.base import LEARNER
+from sparring.samples import GENERIC_GROUP_KEYS, read_samples
 
 
 class OptimConfig(BaseModel):
@@ -93,7 +94,7 @@ class GRPOConfig(OptimConfig):
     kl_coef: float = Field(0.0, ge=0)  # weight of KL(policy || reference); 0 = no reference
     kl_type: str = "low_var_kl"  # verl kl_penalty: kl/k1, abs, mse/k2, low_var_kl/k3 (+ suffix ok)
     entropy_coef: float = Field(0.0, ge=0)  # entropy bonus weight (entropy is logged either way)
-    policy: str | None = "policy"  # train the rows whose `policy` is this (None = all)
+    policy: str | None = LEARNER  # train the rows whose `policy` is this (None = all)
 
     @model_validator(mode="after")
     def _check(self) -> GRPOConfig:
@@ -371,9 +372,6 @@ def _autocast(cfg: OptimConfig, device: torch.device):
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
 
 
-STANDARD_KEYS = ("game", "init", "role", "batch")
-
-
 def advantages_for(df: pd.DataFrame, batch: Batch, cfg: GRPOConfig):
     """Step 4: advantages (B, T-1) under `cfg.group_key`, and their stats for every group key.
 
@@ -384,7 +382,7 @@ def advantages_for(df: pd.DataFrame, batch: Batch, cfg: GRPOConfig):
     metrics: dict[str, float] = {"train/reward_mean": float(scores.mean())}
     chosen = grpo.group_index(df, cfg.group_key)  # raises when the key is not a column
     advantages = torch.zeros_like(batch.response_mask)  # (B, T-1), set by the chosen key
-    others = [k for k in STANDARD_KEYS if k != cfg.group_key and (k == "batch" or k in df)]
+    others = [k for k in GENERIC_GROUP_KEYS if k != cfg.group_key and (k == "batch" or k in df)]
     for key, index in [(cfg.group_key, chosen)] + [(k, grpo.group_index(df, k)) for k in others]:
         adv = grpo.grpo_advantages(
             batch.token_rewards,

@@ -35,6 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+LEARNER = "policy"
+"""The seat name of the policy being trained: rollouts, evaluation and the trainer's row filter
+all call it this; scripted opponents and earlier checkpoints have their own names."""
+
 
 @dataclass
 class StepResult:

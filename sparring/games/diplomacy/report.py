@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from sparring.evaluate import EvalConfig, seat_metrics
+from sparring.games.base import LEARNER
 from sparring.games.diplomacy.board import ROLES
 from sparring.games.diplomacy.game import DiplomacyGame
 from sparring.games.diplomacy.metrics import country_metrics
@@ -54,22 +55,22 @@ def vs_bots(
         for seat in range(len(ROLES))
         for init_id, state in inits
     ]
-    plan = [[bot if s != seat else "policy" for s in range(len(ROLES))] for bot, seat, *_ in games]
+    plan = [[bot if s != seat else LEARNER for s in range(len(ROLES))] for bot, seat, *_ in games]
     rcfg = cfg.mode_rollout(None)
-    policies = {"policy": policy, **{bot: DiplomacyGame.make_agent(bot) for bot in bots}}
+    policies = {LEARNER: policy, **{bot: DiplomacyGame.make_agent(bot) for bot in bots}}
     # distinct ids per game: the backend keys its KV cache by game id and seat
     runs = [(f"{init_id}/{bot}/{ROLES[seat]}", state) for bot, seat, init_id, state in games]
     episodes = play(runs, policies, rcfg, progress=progress, seat_plan=plan).episodes
     metrics: dict[str, float] = {}
     for bot in bots:
         eps = [e for e, (b, *_) in zip(episodes, games, strict=True) if b == bot]
-        for key, value in country_metrics([asdict(e) for e in eps], policy="policy").items():
+        for key, value in country_metrics([asdict(e) for e in eps], policy=LEARNER).items():
             metrics[f"eval/vs_{bot}/{key.removeprefix('country/')}"] = value
-        mine = [e.rewards[e.seat_policies.index("policy")] for e in eps]
+        mine = [e.rewards[e.seat_policies.index(LEARNER)] for e in eps]
         metrics[f"eval/vs_{bot}/all/reward_mean"] = float(np.mean(mine))
         if bot == cfg.opponent:
             for seat, role in enumerate(ROLES):
-                seated = [e for e in eps if e.seat_policies[seat] == "policy"]
+                seated = [e for e in eps if e.seat_policies[seat] == LEARNER]
                 for name, value in seat_metrics(seated, seat).items():
                     metrics[f"eval/vs_scripted/{role}/{name}"] = value
             metrics["eval/vs_scripted/all/normalized_reward"] = float(np.mean(mine))
