@@ -143,6 +143,7 @@ def run_local(
         with (
             log_path.open("w") as log,
             contextlib.redirect_stdout(_Progress(log, sys.stdout, verbose, t0, seconds)),
+            contextlib.redirect_stderr(_Progress(log, sys.stderr, verbose, t0, seconds)),
             stop_on_signals(),
         ):
             try:
