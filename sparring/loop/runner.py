@@ -5,8 +5,8 @@
 
 `run_loop` calls the stage functions of `sparring.loop.tasks` in order, in this process; the
 KFP graph (pipelines/selfplay.py) unrolls the same `plan` into one task per stage call, so the
-two play the same games and reach the same evaluation seed for seed (tests/loop/
-test_runner.py). Storage and tracking are the config's: S3 or a local folder
+two play the same games and reach the same evaluation seed for seed
+(tests/pipeline/test_pipeline_e2e.py::test_in_process_loop_plays_the_same_games_as_the_kfp_pipeline). Storage and tracking are the config's: S3 or a local folder
 (`storage.root`), MLflow or nothing (`tracking.enabled: false`, what the benches use).
 
 Steps (the numbers repeat in the body):
@@ -68,8 +68,11 @@ def run_loop(
     run_name, parent = tasks.start(cfg, job_id, job_id)
     try:
         start, done = _iterate(cfg, work, run_name, parent, on_iteration)
-    except Exception:  # 5. finish, failed (a signal's Stopped is the caller's to report)
-        tasks.finish(cfg, job_id, job_id, failed=True)
+    except Exception as err:  # 5. finish, failed (a signal's Stopped is the caller's to report)
+        try:
+            tasks.finish(cfg, job_id, job_id, failed=True)
+        except Exception as also:  # e.g. MLflow gone too: the first error is the one to see
+            err.add_note(f"and ending the MLflow parent run failed: {also}")
         raise
     # 5. finish
     summary = tasks.finish(cfg, job_id, job_id)
