@@ -14,7 +14,8 @@ nothing is tracked (no MLflow). A training seed moves the rollout's sampling see
 seed) and the GRPO and SFT seeds; the states and the evaluation's draws stay the same, so the
 gains of two seeds are comparable. Prints each evaluation as it finishes, writes learning.json
 and learning.png, and ends with `RESULT learning_gain <mean over seeds of the paired gain>`:
-the champion metric's val games at the last iteration minus at the start.
+each self-play val game's mean reward at the last iteration minus at the start (the champion
+metric of the matching recipes, paired game by game; learning.json keeps every game's).
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ def paired_gain(start: list[float], end: list[float]) -> tuple[float, float]:
 def row(seed: int, it: Iteration, metric: str) -> dict:
     """One evaluation, as learning.json keeps it."""
     shown = {k: it.metrics[k] for k in SHOWN if k in it.metrics}
-    return {"seed": seed, "iteration": it.iteration, "reward": it.metrics[metric], **shown}
+    row = {"seed": seed, "iteration": it.iteration, "reward": it.metrics[metric], **shown}
+    return row | {"val_rewards": it.val_rewards}  # a cut-off run's paired gain comes from these
 
 
 def plot(curves: dict[int, list[dict]], path: Path, title: str) -> None:
@@ -103,7 +105,9 @@ def main() -> None:
 
         def report(it: Iteration, seed: int = seed, curve: list = curve) -> None:
             curve.append(row(seed, it, metric))
-            print(json.dumps(curve[-1]), flush=True)
+            print(
+                json.dumps({k: v for k, v in curve[-1].items() if k != "val_rewards"}), flush=True
+            )
             (out / "learning.json").write_text(
                 json.dumps({"config": args.config, "curves": curves})
             )
