@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
-CHUNK_ELEMENTS = 1 << 25  # logits per chunk: 32M fp32 = 128 MiB (682 tokens at V = 49152)
+from sparring.gpu_memory import CHUNK_ELEMENTS  # logits per chunk (one chunk lives at a time)
 
 
 def token_log_probs(

@@ -1,117 +1,259 @@
-"""Warm start, then iterate: the training recipe the pipeline tasks and the benches share.
+"""The recipe: what one self-play run trains, apart from where it runs (`sparring.loop.config`).
 
-    warm = warm_start(model, rcfg, "matching-scripted", states, work / "warm", SFTConfig())
-    model = warm.model_dir
-    for i in range(iterations):
-        policies = build_policies(rcfg.game, model, rcfg.seats)
-        played = self_play(rotate(states, i, n), policies, rcfg, work / f"{i}/rollout")
-        model = grpo_step(model, played.paths["samples"], work / f"{i}/model", gcfg).model_dir
+    recipe = Recipe.model_validate(yaml.safe_load(open("configs/pipeline.yaml")))
 
-1. warm start: the game's scripted agent plays every seat; its replies, tokenized with the
-   model's own chat template, are the SFT data (optional; a pretrained instruct model may
-   play well enough without it);
-2. self-play: a batched rollout of the iteration's train states, written as games.jsonl,
-   samples.parquet and stats.json;
-3. GRPO: one update on the samples. When every group's rewards tie there is no gradient, so
-   the checkpoint is copied unchanged and `train/no_signal` is 1.
+A recipe names the game once (`game: {name, params}`); the game-init, rollout and eval
+sections are the stages' own configs and are built with that game, so a section that sets
+another game is an error. The top-level `device` is every stage's; the loop passes it to the
+trainers as an argument.
+Light to import (pydantic, no torch, verl or MLflow): `sparring schema` prints its JSON schema.
 """
 
 from __future__ import annotations
 
-import shutil
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from sparring.rollout import (
-    Policy,
-    RolloutConfig,
-    RolloutResult,
-    play,
-    rollout_stats,
-    write_outputs,
-)
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-
-@dataclass
-class Step:
-    """What one recipe step produced: its output folder, files and metrics."""
-
-    out_dir: Path
-    metrics: dict[str, float] = field(default_factory=dict)
-    paths: dict[str, Path] = field(default_factory=dict)
-    result: RolloutResult | None = None  # the rollout's episodes (self-play steps only)
+from sparring.evaluate import EvalConfig
+from sparring.game_init import GameInitConfig
+from sparring.games import GameSpec
+from sparring.opponents import DifficultyConfig, past_steps
+from sparring.rollout import RolloutConfig
+from sparring.samples import check_group_key
+from sparring.train_config import GRPOConfig, SFTConfig
+from sparring.verl_backend.config import VerlConfig
 
 
-def rotate(states: list[Any], iteration: int, n: int) -> list[Any]:
-    """The `n` states of `iteration`: consecutive windows of `states`, wrapping around, so
-    successive iterations see fresh states until the list is used up."""
-    return [states[(iteration * n + j) % len(states)] for j in range(n)]
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
 
 
-def warm_start(
-    model_dir: str | Path,
-    rcfg: RolloutConfig,
-    agent: str,
-    states: list[tuple[str, dict[str, Any]]],
-    out_dir: str | Path,
-    cfg: Any = None,  # sparring.sft.SFTConfig
-) -> Step:
-    """1. SFT `model_dir` on `agent` playing every seat of `states` once; a checkpoint in
-    `out_dir`, with `warm_start/teacher_reward` (the scripted games' mean reward). The
-    scripted games are kept only while training."""
-    import tempfile
+class WarmStart(_Strict):
+    """Supervised warm start of the initial model on scripted self-play (before iteration 0)."""
 
-    from transformers import AutoTokenizer
-
-    from sparring.sft import sft
-
-    seats = [agent] * len(rcfg.game.cls.roles)
-    scripted = rcfg.model_copy(update={"seats": seats, "games_per_init": 1})
-    result = play(
-        states,
-        {agent: rcfg.game.make_agent(agent)},
-        scripted,
-        progress=False,
-        scripted_tokenizer=AutoTokenizer.from_pretrained(model_dir),
-    )
-    teacher = rollout_stats(result, learner=agent)["rollout/normalized_reward"]
-    with tempfile.TemporaryDirectory(prefix="sparring-sft-") as tmp:
-        samples = write_outputs(result, tmp)["samples"]
-        trained = sft(model_dir, [samples], out_dir, cfg)
-    return Step(trained.out_dir, {**trained.metrics, "warm_start/teacher_reward": teacher})
+    agent: str | None = None  # scripted agent that plays every seat; None = the game's default
+    num_states: int = Field(32, ge=1)  # train initial states it plays (once each)
+    train: SFTConfig = Field(default_factory=SFTConfig)  # SFT settings (`device` is the top's)
 
 
-def self_play(
-    states: list[tuple[str, dict[str, Any]]],
-    policies: dict[str, Policy],
-    rcfg: RolloutConfig,
-    out_dir: str | Path,
-    seat_plan: list[list[str]] | None = None,
-    progress: bool = False,
-) -> Step:
-    """2. Play `states` (`rcfg.games_per_init` times each); write and summarise the games."""
-    result = play(states, policies, rcfg, progress=progress, seat_plan=seat_plan)
-    paths = write_outputs(result, out_dir)
-    return Step(Path(out_dir), rollout_stats(result), paths, result)
+class PipelineRollout(RolloutConfig):
+    """The `rollout:` section: the library's RolloutConfig plus the fan-out."""
+
+    model_config = ConfigDict(extra="forbid")
+    shards: int = Field(1, ge=1)
+    """Parallel rollout tasks per iteration (each a pod with `kubernetes.rollout_gpus`), each
+    playing a contiguous slice of the iteration's initial states; one task merges them into the
+    rollout a single task would write (sparring.loop.shards). 1 = one rollout task."""
 
 
-def grpo_step(
-    model_dir: str | Path,
-    samples: str | Path,
-    out_dir: str | Path,
-    cfg: Any = None,  # sparring.train.GRPOConfig
-    ref_model_dir: str | Path | None = None,
-    on_step: Any = None,  # sparring.train.OnStep: each optimizer step's metrics, live
-) -> Step:
-    """3. One GRPO update; on no signal the checkpoint is copied unchanged."""
-    from sparring.train import NoSignalError, train
+class Opponents(_Strict):
+    """Who the learner plays in each rollout (seed 001; see sparring.opponents): pure self-play,
+    or a share of the games with the learner in one role against opponents whose strength
+    follows that role's difficulty schedule, carried from iteration to iteration. The pool
+    holds scripted agents and earlier checkpoints of the run: `past-<k>` is the policy that
+    played the rollout k iterations before (sparring.loop.league loads it from storage)."""
 
-    ref = ref_model_dir if cfg is not None and cfg.kl_coef > 0 else None
-    try:
-        stats = train(model_dir, [samples], out_dir, cfg, ref, on_step)
-    except NoSignalError as err:  # every group tied: no gradient, so the policy stays as it was
-        print(f"[sparring] train: no learning signal, checkpoint unchanged ({err})", flush=True)
-        shutil.copytree(model_dir, out_dir, dirs_exist_ok=True)
-        return Step(Path(out_dir), {"train/no_signal": 1.0, "perf/train_seconds": 0.0})
-    return Step(stats.out_dir, {**stats.metrics, "train/no_signal": 0.0})
+    selfplay_fraction: float = Field(1.0, ge=0.0, le=1.0)  # 1 = pure self-play (the default)
+    difficulty: DifficultyConfig | None = None  # the pool (scripted agents, past-<k>); mix only
+
+    @property
+    def mixed(self) -> bool:
+        """Whether some games seat the learner against the pool."""
+        return self.selfplay_fraction < 1.0
+
+    @property
+    def checkpoint_steps(self) -> list[int]:
+        """k of every `past-<k>` in the pool, ascending; [] without an opponent mix."""
+        if not self.mixed:
+            return []
+        pool = self.difficulty.pool if self.difficulty else []
+        return sorted(k for name in pool if (k := past_steps(name)))
+
+
+# The sections built with the recipe's game, by their path in the YAML.
+GAME_SECTIONS = (("game_init",), ("rollout",), ("eval", "rollout"))
+
+
+class Recipe(_Strict):
+    """What is trained: the game, the model, the warm start, the rollout, GRPO, the evaluation,
+    the opponents and the schedule (see configs/pipeline.yaml)."""
+
+    game: GameSpec = Field(default_factory=GameSpec)  # {name, params}: every stage's game
+    model: str = "tiny"  # initial model: "tiny", a hub name, a path, s3://… or models:/name@alias
+    warm_start: WarmStart | None = None  # SFT on scripted games before iteration 0; None = off
+    iterations: int = Field(2, ge=1)  # rollout→train→evaluate→register rounds (unrolled)
+    first_iteration: int = Field(0, ge=0)  # index of the first round (the campaign driver sets it)
+    games_per_iteration: int = Field(64, ge=1)  # self-play games per rollout
+    # Evaluate the starting model (after the warm start) before the first update, as iteration
+    # first_iteration - 1, so a run's gain is measured from where GRPO began.
+    evaluate_start: bool = False
+    device: str = "auto"  # cpu, cuda or auto: every stage's device (not set in `train:`)
+    game_init: GameInitConfig = Field(default_factory=GameInitConfig)  # state counts and seed
+    rollout: PipelineRollout = Field(default_factory=PipelineRollout)  # i samples with seed+i
+    opponents: Opponents = Field(default_factory=Opponents)  # self-play or the opponent mix
+    # GRPO settings, among them the group key (`group_key`: game, init, role, batch, or one of
+    # the game's `extra_group_keys`).
+    train: GRPOConfig = Field(default_factory=GRPOConfig)
+    # Who trains each iteration. torch: the rollout step, then `sparring.train` (CPU or one
+    # GPU). verl: one `verl-train` task per iteration runs verl's main_ppo with online self-play
+    # inside verl (route 1, sparring.verl_backend) on `verl.n_gpus_per_node` GPUs and merges its
+    # FSDP checkpoint to HF; `rollout` and `train` are then unused.
+    train_backend: Literal["torch", "verl"] = "torch"
+    verl: VerlConfig = Field(default_factory=VerlConfig)  # train_backend: verl settings
+    eval: EvalConfig = Field(default_factory=EvalConfig)  # modes, val games, sampling
+    registered_model: str | None = None  # MLflow registered model; None = sparring-<game>
+    champion_metric: str = "eval/selfplay/all/normalized_reward"  # higher wins `champion`
+
+    @model_validator(mode="before")
+    @classmethod
+    def _build_sections(cls, data: Any) -> Any:
+        """Build the game sections with the top-level game, and resolve the names that
+        depend on the game (the group key's alias, the warm start's agent, the model name)."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        game = GameSpec.model_validate(data.get("game") or {})
+        for path in GAME_SECTIONS:
+            data = _with_game(data, path, game)
+        train = _as_dict(data.get("train"))
+        for name, section in (("train", train), ("warm_start.train", _ws_train(data))):
+            if "device" in section:
+                raise ValueError(
+                    f"{name}.device is set; set the top-level `device` (used by every stage)"
+                )
+        if "group_key" in train:
+            data["train"] = {**train, "group_key": check_group_key(game, train["group_key"])}
+        ws = data.get("warm_start")
+        if ws is not None and _as_dict(ws).get("agent") is None:
+            data["warm_start"] = {**_as_dict(ws), "agent": game.cls.default_opponent}
+        if data.get("registered_model") is None:
+            data["registered_model"] = f"sparring-{game.name}"
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> Recipe:
+        if self.games_per_iteration % self.rollout.games_per_init:
+            raise ValueError(
+                f"games_per_iteration ({self.games_per_iteration}) must be a multiple of "
+                f"rollout.games_per_init ({self.rollout.games_per_init})"
+            )
+        if self.game_init.num_train < 1 or self.game_init.num_val < 1:
+            raise ValueError("game_init.num_train and game_init.num_val must both be >= 1")
+        if not self.champion_metric.startswith("eval/"):
+            raise ValueError(f"champion_metric {self.champion_metric!r} must be an eval/* metric")
+        if self.train_backend == "verl":
+            self._check_verl()
+        if self.rollout.shards > 1:
+            self._check_shards()
+        if self.opponents.mixed:
+            self._check_opponents()
+        return self
+
+    def _check_shards(self) -> None:
+        """What the rollout fan-out (`rollout.shards` > 1) needs of the recipe."""
+        shards = self.rollout.shards
+        states = self.games_per_iteration // self.rollout.games_per_init
+        if self.train_backend != "torch":
+            raise ValueError(
+                "rollout.shards > 1 needs train_backend: torch (verl plays inside verl; scale it "
+                "with verl.nnodes)"
+            )
+        if self.opponents.mixed:
+            raise ValueError(
+                "rollout.shards > 1 needs pure self-play (opponents.selfplay_fraction: 1): the "
+                "opponent mix carries one difficulty schedule from rollout to rollout"
+            )
+        if shards > states:
+            raise ValueError(
+                f"rollout.shards={shards} exceeds the {states} initial states of an iteration "
+                f"(games_per_iteration / rollout.games_per_init): lower rollout.shards"
+            )
+
+    def _check_opponents(self) -> None:
+        """What an opponent mix (`opponents.selfplay_fraction` < 1) needs of the recipe."""
+        if self.train_backend != "torch":
+            raise ValueError("opponents.selfplay_fraction < 1 needs train_backend: torch")
+        if self.rollout.seats is not None:
+            raise ValueError(
+                "set either rollout.seats or opponents.selfplay_fraction < 1, not both"
+            )
+        scripted = sorted(self.game.cls.agents)
+        if self.opponents.difficulty is None:
+            raise ValueError(
+                "opponents.selfplay_fraction < 1 needs opponents.difficulty.pool: the opponents, "
+                f"weakest first (scripted agents of {self.game.name}: {scripted}, or past-<k>)"
+            )
+        unknown = [
+            name
+            for name in self.opponents.difficulty.pool
+            if name not in scripted and past_steps(name) is None
+        ]
+        if unknown:
+            raise ValueError(
+                f"opponents.difficulty.pool names {unknown}, which are not scripted agents of "
+                f"{self.game.name} ({scripted}) nor earlier checkpoints `past-<k>` (k >= 1, e.g. "
+                "past-1: the policy of the previous iteration)"
+            )
+
+    def _check_verl(self) -> None:
+        """What `train_backend: verl` needs of the rest of the recipe."""
+        v = self.verl
+        if self.device == "cpu":
+            raise ValueError("train_backend: verl needs GPUs; set device: cuda (or auto)")
+        rows, seats = self.verl_rows_per_iteration, self.num_seats
+        if rows < v.train_batch_size:
+            need = -(-v.train_batch_size // seats) * seats * v.rollout_n
+            raise ValueError(
+                f"train_backend: verl: games_per_iteration={self.games_per_iteration} with "
+                f"verl.rollout_n={v.rollout_n} gives {rows} (state x seat) rows per iteration, "
+                f"fewer than verl.train_batch_size ({v.train_batch_size}), so verl would train "
+                f"no step: set games_per_iteration >= {need} or lower verl.train_batch_size"
+            )
+
+    @property
+    def verl_states_per_iteration(self) -> int:
+        """Train states one verl iteration plays: each seat of each state is a dataset row
+        that verl plays `verl.rollout_n` times, `games_per_iteration` games in all."""
+        return self.games_per_iteration // (self.verl.rollout_n * self.num_seats)
+
+    @property
+    def verl_rows_per_iteration(self) -> int:
+        """verl dataset rows (state x seat) of one iteration."""
+        return self.verl_states_per_iteration * self.num_seats
+
+    @property
+    def num_seats(self) -> int:
+        """Seats of the game."""
+        return len(self.game.cls.roles)
+
+    @property
+    def group_key(self) -> str:
+        """The GRPO group key."""
+        return self.train.group_key
+
+
+def _as_dict(section: Any) -> dict[str, Any]:
+    """A section as given: a mapping, or a model (its explicitly set fields)."""
+    if isinstance(section, BaseModel):
+        return section.model_dump(exclude_unset=True)
+    return dict(section or {})
+
+
+def _ws_train(data: dict[str, Any]) -> dict[str, Any]:
+    return _as_dict(_as_dict(data.get("warm_start")).get("train"))
+
+
+def _with_game(data: dict[str, Any], path: tuple[str, ...], game: GameSpec) -> dict[str, Any]:
+    """`data` with the section at `path` built with `game`; an error if it names another."""
+    section = _as_dict(data.get(path[0]))
+    if len(path) > 1:
+        return {**data, path[0]: _with_game(section, path[1:], game)}
+    own = section.get("game")
+    if own is not None and GameSpec.model_validate(own) != game:
+        name = ".".join(path)
+        raise ValueError(
+            f"{name}.game={own!r} differs from the top-level game={game!r}: set it once, at "
+            "the top."
+        )
+    return {**data, path[0]: {**section, "game": game}}

@@ -1,0 +1,117 @@
+"""Warm start, then iterate: the training recipe the pipeline tasks and the benches share.
+
+    warm = warm_start(model, rcfg, "matching-scripted", states, work / "warm", SFTConfig())
+    model = warm.model_dir
+    for i in range(iterations):
+        policies = build_policies(rcfg.game, model, rcfg.seats)
+        played = self_play(rotate(states, i, n), policies, rcfg, work / f"{i}/rollout")
+        model = grpo_step(model, played.paths["samples"], work / f"{i}/model", gcfg).model_dir
+
+1. warm start: the game's scripted agent plays every seat; its replies, tokenized with the
+   model's own chat template, are the SFT data (optional; a pretrained instruct model may
+   play well enough without it);
+2. self-play: a batched rollout of the iteration's train states, written as games.jsonl,
+   samples.parquet and stats.json;
+3. GRPO: one update on the samples. When every group's rewards tie there is no gradient, so
+   the checkpoint is copied unchanged and `train/no_signal` is 1.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparring.rollout import (
+    Policy,
+    RolloutConfig,
+    RolloutResult,
+    play,
+    rollout_stats,
+    write_outputs,
+)
+
+
+@dataclass
+class Step:
+    """What one recipe step produced: its output folder, files and metrics."""
+
+    out_dir: Path
+    metrics: dict[str, float] = field(default_factory=dict)
+    paths: dict[str, Path] = field(default_factory=dict)
+    result: RolloutResult | None = None  # the rollout's episodes (self-play steps only)
+
+
+def rotate(states: list[Any], iteration: int, n: int) -> list[Any]:
+    """The `n` states of `iteration`: consecutive windows of `states`, wrapping around, so
+    successive iterations see fresh states until the list is used up."""
+    return [states[(iteration * n + j) % len(states)] for j in range(n)]
+
+
+def warm_start(
+    model_dir: str | Path,
+    rcfg: RolloutConfig,
+    agent: str,
+    states: list[tuple[str, dict[str, Any]]],
+    out_dir: str | Path,
+    cfg: Any = None,  # sparring.sft.SFTConfig
+) -> Step:
+    """1. SFT `model_dir` on `agent` playing every seat of `states` once; a checkpoint in
+    `out_dir`, with `warm_start/teacher_reward` (the scripted games' mean reward). The
+    scripted games are kept only while training."""
+    import tempfile
+
+    from transformers import AutoTokenizer
+
+    from sparring.sft import sft
+
+    seats = [agent] * len(rcfg.game.cls.roles)
+    scripted = rcfg.model_copy(update={"seats": seats, "games_per_init": 1})
+    result = play(
+        states,
+        {agent: rcfg.game.make_agent(agent)},
+        scripted,
+        progress=False,
+        scripted_tokenizer=AutoTokenizer.from_pretrained(model_dir),
+    )
+    teacher = rollout_stats(result, learner=agent)["rollout/normalized_reward"]
+    with tempfile.TemporaryDirectory(prefix="sparring-sft-") as tmp:
+        samples = write_outputs(result, tmp)["samples"]
+        trained = sft(model_dir, [samples], out_dir, cfg)
+    return Step(trained.out_dir, {**trained.metrics, "warm_start/teacher_reward": teacher})
+
+
+def self_play(
+    states: list[tuple[str, dict[str, Any]]],
+    policies: dict[str, Policy],
+    rcfg: RolloutConfig,
+    out_dir: str | Path,
+    seat_plan: list[list[str]] | None = None,
+    progress: bool = False,
+) -> Step:
+    """2. Play `states` (`rcfg.games_per_init` times each); write and summarise the games."""
+    result = play(states, policies, rcfg, progress=progress, seat_plan=seat_plan)
+    paths = write_outputs(result, out_dir)
+    return Step(Path(out_dir), rollout_stats(result), paths, result)
+
+
+def grpo_step(
+    model_dir: str | Path,
+    samples: str | Path,
+    out_dir: str | Path,
+    cfg: Any = None,  # sparring.train.GRPOConfig
+    ref_model_dir: str | Path | None = None,
+    on_step: Any = None,  # sparring.train.OnStep: each optimizer step's metrics, live
+) -> Step:
+    """3. One GRPO update; on no signal the checkpoint is copied unchanged."""
+    from sparring.train import NoSignalError, train
+
+    ref = ref_model_dir if cfg is not None and cfg.kl_coef > 0 else None
+    try:
+        stats = train(model_dir, [samples], out_dir, cfg, ref, on_step)
+    except NoSignalError as err:  # every group tied: no gradient, so the policy stays as it was
+        print(f"[sparring] train: no learning signal, checkpoint unchanged ({err})", flush=True)
+        shutil.copytree(model_dir, out_dir, dirs_exist_ok=True)
+        return Step(Path(out_dir), {"train/no_signal": 1.0, "perf/train_seconds": 0.0})
+    return Step(stats.out_dir, {**stats.metrics, "train/no_signal": 0.0})

@@ -1,0 +1,90 @@
+"""What an update trains with: the GRPO and SFT hyperparameters. Light (pydantic only), so that
+validating a pipeline config imports neither torch nor verl; `sparring.train` and
+`sparring.sft` run them."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from sparring.games.base import LEARNER
+
+# verl's agg_loss modes and kl_penalty types (verl.trainer.ppo.core_algos), by name.
+LOSS_AGG_MODES = (
+    "token-mean",
+    "token-sum",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+)
+KL_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+
+
+class OptimConfig(BaseModel):
+    """Optimizer and batching settings shared by GRPO (`GRPOConfig`) and SFT (`SFTConfig`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lr: float = Field(1e-5, gt=0)  # AdamW learning rate
+    weight_decay: float = Field(0.0, ge=0)  # AdamW decoupled weight decay
+    lr_schedule: Literal["constant", "cosine"] = "constant"  # cosine decays to 0 over the update
+    epochs: int = Field(1, ge=1)  # passes over the batch: PPO epochs (GRPO), data epochs (SFT)
+    mini_batch_size: int = Field(32, ge=1)  # sequences per optimizer step
+    micro_batch_size: int = Field(8, ge=1)  # sequences per forward/backward (grad accumulation)
+    loss_agg_mode: str = "token-mean"  # verl agg_loss mode, one of sparring.LOSS_AGG_MODES
+    max_grad_norm: float = Field(1.0, gt=0)  # clip the global grad norm to this
+    # Longer rows are cut; a row whose reward token is cut off is dropped (`train/dropped_rows`).
+    max_seq_len: int | None = Field(None, ge=16)
+    seed: int = 0  # mini-batch shuffling and torch seed
+    bf16: bool = True  # bfloat16 autocast on CUDA (ignored on CPU)
+    # Weights' dtype, and the saved checkpoint's. bfloat16 halves weights, grads and AdamW state
+    # but rounds away updates below ~0.4% of a weight (lr 1e-5 mostly is): sparring.policy_model.
+    param_dtype: Literal["float32", "bfloat16"] = "float32"
+    gradient_checkpointing: bool = False  # recompute decoder layers in backward: less memory
+    lora_rank: int = Field(0, ge=0)  # >0: train LoRA adapters only; checkpoints are merged
+    lora_alpha: float | None = Field(None, gt=0)  # LoRA scale numerator; None = 2 * lora_rank
+
+    @model_validator(mode="after")
+    def _check_batches(self) -> OptimConfig:
+        if self.micro_batch_size > self.mini_batch_size:
+            raise ValueError(
+                f"micro_batch_size ({self.micro_batch_size}) must be <= mini_batch_size "
+                f"({self.mini_batch_size}); lower micro_batch_size or raise mini_batch_size"
+            )
+        if self.loss_agg_mode not in LOSS_AGG_MODES:
+            raise ValueError(
+                f"unknown loss_agg_mode {self.loss_agg_mode!r}; choose from {LOSS_AGG_MODES}"
+            )
+        return self
+
+
+class GRPOConfig(OptimConfig):
+    """Hyperparameters of one GRPO update. The defaults are the recommended values."""
+
+    group_key: str = "init"  # GRPO group: game, init, role, batch, a game's own key, any column
+    norm_adv_by_std: bool = True  # divide by the group std (GRPO); False = Dr. GRPO (centre only)
+    singleton_groups: Literal["zero", "batch"] = "zero"  # size-1 groups: see sparring.grpo
+    clip_ratio: float = Field(0.2, gt=0, lt=1)  # PPO clip epsilon (lower side)
+    clip_ratio_high: float | None = Field(None, gt=0)  # upper clip epsilon; None = clip_ratio
+    # seq-mean-token-mean: every sequence weighs the same. token-mean lets long failed games
+    # outweigh short wins (docs/results.md measures it).
+    loss_agg_mode: str = "seq-mean-token-mean"
+    kl_coef: float = Field(0.0, ge=0)  # weight of KL(policy || reference); 0 = no reference
+    kl_type: str = "low_var_kl"  # verl kl_penalty: kl/k1, abs, mse/k2, low_var_kl/k3 (+ suffix ok)
+    entropy_coef: float = Field(0.0, ge=0)  # entropy bonus weight (entropy is logged either way)
+    policy: str | None = LEARNER  # train the rows whose `policy` is this (None = all)
+
+    @model_validator(mode="after")
+    def _check(self) -> GRPOConfig:
+        if self.kl_type.removesuffix("+") not in KL_TYPES:
+            raise ValueError(f"unknown kl_type {self.kl_type!r}; choose from {KL_TYPES}")
+        if self.group_key.strip() != self.group_key or not self.group_key:
+            raise ValueError(f"group_key {self.group_key!r} must be a column name or 'batch'")
+        return self
+
+
+class SFTConfig(OptimConfig):
+    """Hyperparameters of one SFT run (every samples row is trained, whoever played it)."""
+
+    lr: float = Field(1e-4, gt=0)  # higher than GRPO's: a warm start moves a model far
