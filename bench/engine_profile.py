@@ -19,7 +19,11 @@ last steps run few rows at nearly the cost of many. A line fitted to step time a
 models the decode if every step ran the largest batch seen: a bound on what any scheduler
 could save, since a game's turns are sequential and its longest chain of replies runs at
 whatever batch is left (continuous batching, measured, saved 7% of the steps; docs/results.md).
-Ends with `RESULT engine_decode_ms_per_step <ms>`.
+Ends with `RESULT engine_decode_ms_per_step <ms>`. With `--out DIR` it also writes
+DIR/engine_profile.jsonl, one JSON object per printed row, by `row`: "run" (the totals),
+"phase" (a timed method, `phase`, with the timed call it ran inside, `parent`: "" at the top
+level, "_prefill" for prefill's own), "decode_batch" (a bucket of decode steps by rows) and
+"decode_model" (the fitted line, where there is one).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import json
 import tempfile
 import time
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -100,6 +105,7 @@ def main() -> None:
     ap.add_argument("--max-turns", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--batch", type=int, default=64, help="rows per forward (max_batch_size)")
+    ap.add_argument("--out", help="folder for engine_profile.jsonl, the rows as JSON")
     args = ap.parse_args()
 
     model = (
@@ -132,29 +138,44 @@ def main() -> None:
         "prefilled tokens"
     )
 
-    rows = [
-        timer.row("prefill, all of it", "", "_prefill"),
-        timer.row("  its forwards", "_prefill", "_forward"),
-        timer.row("  its _batch_cache", "_prefill", "_batch_cache"),
-        timer.row("_forward", "", "_forward"),  # the decode steps
-        timer.row("_batch_cache", "", "_batch_cache"),  # the decode batch's cache
-        *(
-            timer.row(name, "", name)
-            for name in ("sample_tokens", "_store", "_lookup", "_completion")
-        ),
+    phases = [  # (label, the timed call it runs inside or "", method)
+        ("prefill, all of it", "", "_prefill"),
+        ("  its forwards", "_prefill", "_forward"),
+        ("  its _batch_cache", "_prefill", "_batch_cache"),
+        ("_forward", "", "_forward"),  # the decode steps
+        ("_batch_cache", "", "_batch_cache"),  # the decode batch's cache
+        *((name, "", name) for name in ("sample_tokens", "_store", "_lookup", "_completion")),
+    ]
+    records = [
+        {"row": "run", "device": str(backend.device), "games": len(result.episodes)}
+        | {"states": args.games, "max_turns": args.max_turns, "batch": args.batch}
+        | {"max_new_tokens": args.max_new_tokens, "wall_s": wall}
+        | {"generate_calls": result.generate_calls, "generated_tokens": backend.generated_tokens}
+        | {"prefilled_tokens": backend.prefilled_tokens}
     ]
     print(f"{'phase':28s} {'seconds':>8s} {'share':>6s} {'calls':>6s} {'ms/call':>8s}")
-    for name, s, n in rows:
-        print(f"{name:28s} {s:8.2f} {s / wall:6.2f} {n:6d} {1000 * s / max(n, 1):8.2f}")
+    for label, parent, name in phases:
+        _, s, n = timer.row(label, parent, name)
+        print(f"{label:28s} {s:8.2f} {s / wall:6.2f} {n:6d} {1000 * s / max(n, 1):8.2f}")
+        records.append(
+            {"row": "phase", "phase": name, "parent": parent, "seconds": s, "calls": n}
+            | {"share": s / wall, "ms_per_call": 1000 * s / max(n, 1)}
+        )
     _, decode_s, decode_n = timer.row("", "", "_forward")
-    decode_by_batch(timer.sizes)
+    records += decode_by_batch(timer.sizes)
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        lines = [json.dumps(r) + "\n" for r in records]
+        (Path(args.out) / "engine_profile.jsonl").write_text("".join(lines))
     print(f"RESULT engine_decode_ms_per_step {1000 * decode_s / max(decode_n, 1):.2f}")
 
 
-def decode_by_batch(steps: list[tuple[int, float]]) -> None:
-    """Print decode steps bucketed by rows, and the decode time modelled at the largest batch."""
+def decode_by_batch(steps: list[tuple[int, float]]) -> list[dict]:
+    """Print decode steps bucketed by rows, and the decode time modelled at the largest batch;
+    return them as engine_profile.jsonl rows."""
     if not steps:
-        return
+        return []
+    records = []
     rows, secs = np.array([r for r, _ in steps]), np.array([s for _, s in steps])
     top = int(rows.max())
     width = max(1, -(-top // 8))  # eight buckets at most
@@ -165,6 +186,10 @@ def decode_by_batch(steps: list[tuple[int, float]]) -> None:
             label = f"{lo}-{lo + width - 1}" if width > 1 else str(lo)
             n, s = int(pick.sum()), float(secs[pick].sum())
             print(f"{label:28s} {s:8.2f} {n:6d} {1000 * s / n:8.2f}")
+            records.append(
+                {"row": "decode_batch", "rows_min": lo, "rows_max": lo + width - 1}
+                | {"seconds": s, "steps": n, "ms_per_step": 1000 * s / n}
+            )
     if np.unique(rows).size > 1:  # a line needs two batch sizes
         full = -(-int(rows.sum()) // top)  # steps if every one ran `top` rows
         slope, fixed = np.polyfit(rows, secs, 1)
@@ -174,6 +199,13 @@ def decode_by_batch(steps: list[tuple[int, float]]) -> None:
             f"{int(rows.sum())} row-steps at {top} rows ({full} steps): ~{modelled:.2f} s "
             f"modelled against {secs.sum():.2f} s measured"
         )
+        records.append(
+            {"row": "decode_model", "fixed_ms": 1000 * float(fixed)}
+            | {"ms_per_row": 1000 * float(slope)}
+            | {"row_steps": int(rows.sum()), "rows": top, "steps": full}
+            | {"modelled_s": float(modelled), "measured_s": float(secs.sum())}
+        )
+    return records
 
 
 if __name__ == "__main__":

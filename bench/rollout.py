@@ -25,6 +25,11 @@ rollout.max_batch_size and max_new_tokens, 512 games unless flags say otherwise)
 (`--baseline` adds the game-by-game loop and its speedup line; `--no-baseline` drops it on
 CPU), and ends with
 `RESULT rollout_tokens_per_s <generated tokens per second>`.
+
+With `--out DIR` it also writes DIR/rollout.jsonl, one JSON object per measured loop (`row`:
+"batched", then "sequential" if it ran): its wall and CPU seconds, games, generate calls,
+generated tokens and rates; the batched row adds the hf backend's FLOP figures, the sequential
+row both speedups.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import argparse
 import json
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 import yaml
@@ -112,6 +118,7 @@ def main() -> None:
         action=argparse.BooleanOptionalAction,
         help="run the game-by-game loop too (default: on CPU yes, on a GPU no)",
     )
+    ap.add_argument("--out", help="folder for rollout.jsonl, the rows as JSON (default: none)")
     args = ap.parse_args()
 
     gpu = torch.cuda.is_available()
@@ -156,6 +163,15 @@ def main() -> None:
         fwd = getattr(backend, "forward_seconds", None)
         return "" if fwd is None else f"  forward share {fwd / seconds:.2f}"
 
+    def row(name: str, seconds: float, cpu: float, calls: int, tokens: int) -> dict:
+        """One loop's figures, as rollout.jsonl keeps them."""
+        row = {"row": name, "games": len(inits), "seconds": seconds, "cpu_seconds": cpu}
+        row |= {"games_per_s": len(inits) / seconds, "generate_calls": calls}
+        row |= {"generated_tokens": tokens, "tokens_per_s": tokens / seconds}
+        if hasattr(backend, "forward_seconds"):
+            row["forward_share"] = backend.forward_seconds / seconds
+        return row
+
     cfg = RolloutConfig(
         game=GameSpec(params=game_params), games_per_init=1, sampling=sampling, max_batch_size=batch
     )
@@ -170,6 +186,10 @@ def main() -> None:
         f"{tokens_per_s:7.1f} tokens/s  {result.generate_calls} generate calls"
         f"{share(result.seconds)}"
     )
+    batched = row(
+        "batched", result.seconds, batched_cpu, result.generate_calls, result.generated_tokens
+    )
+    rows = [batched]
     if hasattr(backend, "prefilled_tokens"):  # hf: the model's own counters and parameters
         params = backend.num_params
         flop = 2 * params * processed_tokens(backend)
@@ -181,6 +201,10 @@ def main() -> None:
             f"second {flop / batched_cpu / 1e9:.1f} G of {cpu_peak / 1e9:.1f} G "
             f"(utilisation {flop / batched_cpu / cpu_peak:.3f} by CPU time)"
         )
+        batched |= {"params": params, "prefilled_tokens": backend.prefilled_tokens}
+        batched |= {"flop_per_s": flop / result.seconds, "matmul_peak": peak}
+        batched |= {"flop_util": flop / result.seconds / peak, "cpu_matmul_peak": cpu_peak}
+        batched |= {"cpu_flop_util": flop / batched_cpu / cpu_peak}
         print(f"RESULT rollout_flop_util {flop / result.seconds / peak:.3f}")
 
     if not gpu if args.baseline is None else args.baseline:
@@ -195,8 +219,14 @@ def main() -> None:
             f"{share(seq_s)}"
         )
         print(f"speedup by CPU time: {seq_cpu / batched_cpu:.2f} (the same games either way)")
+        rows.append(row("sequential", seq_s, seq_cpu, calls, backend.generated_tokens))
+        rows[-1] |= {"speedup": batched_gps / seq_gps, "cpu_speedup": seq_cpu / batched_cpu}
         print(f"RESULT rollout_speedup {batched_gps / seq_gps:.2f}")
     backend.close()
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        lines = [json.dumps(r) + "\n" for r in rows]
+        (Path(args.out) / "rollout.jsonl").write_text("".join(lines))
     if gpu:
         print(f"RESULT rollout_tokens_per_s {tokens_per_s:.1f}")
 

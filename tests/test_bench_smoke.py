@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -37,12 +38,39 @@ def bench_results(script: str, *args: str) -> dict[str, float]:
     return {name: float(value) for _, name, value in lines}
 
 
-def test_rollout_bench(tiny_model_dir):
-    results = bench_results(
-        "rollout.py", "--games", "2", "--max-turns", "2", "--model", str(tiny_model_dir)
+def jsonl(path: Path) -> list[dict]:
+    """The rows a benchmark wrote, one JSON object a line."""
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def positive(row: dict, *keys: str) -> bool:
+    return all(math.isfinite(row[k]) and row[k] > 0 for k in keys)
+
+
+def test_rollout_bench(tiny_model_dir, tmp_path):
+    """Both loops play the same 2 games of at most 2 turns; the RESULT lines repeat the rows'
+    figures, the speedup last."""
+    lines = bench_output(
+        "rollout.py",
+        *("--games", "2", "--max-turns", "2", "--model", str(tiny_model_dir)),
+        *("--out", str(tmp_path)),
     )
-    assert list(results) == ["rollout_flop_util", "rollout_speedup"]  # the speedup last
-    assert 0 < results["rollout_flop_util"] < 1.5 and results["rollout_speedup"] > 0
+    batched, sequential = jsonl(tmp_path / "rollout.jsonl")
+    assert (batched["row"], sequential["row"]) == ("batched", "sequential")
+    for row in (batched, sequential):
+        assert row["games"] == 2
+        assert positive(row, "seconds", "cpu_seconds", "games_per_s", "generated_tokens")
+        assert positive(row, "tokens_per_s", "forward_share")
+    assert positive(batched, "params", "flop_per_s", "matmul_peak", "flop_util", "cpu_flop_util")
+    assert positive(sequential, "speedup", "cpu_speedup")
+    # one call per seat turn game by game (2-4 per game); batched: one per turn of all games
+    assert 2 * 2 <= sequential["generate_calls"] <= 2 * 2 * 3  # up to 2 retries a turn
+    assert 1 <= batched["generate_calls"] <= sequential["generate_calls"]
+    results = [line.split()[1:] for line in lines if line.startswith("RESULT ")]
+    assert [name for name, _ in results] == ["rollout_flop_util", "rollout_speedup"]
+    assert lines[-1].startswith("RESULT rollout_speedup ")
+    assert float(results[0][1]) == pytest.approx(batched["flop_util"], abs=5e-4)
+    assert float(results[1][1]) == pytest.approx(sequential["speedup"], abs=5e-3)
 
 
 def test_diplomacy_rollout_bench(tiny_model_dir):
@@ -127,26 +155,34 @@ def test_learning_bench_real_model(smollm2_dir, tmp_path):
     assert [row["iteration"] for row in saved["curves"]["0"]] == [-1, 0]
 
 
-def test_engine_profile_rows_add_up_to_the_wall_time(tiny_model_dir):
+def test_engine_profile_rows_add_up_to_the_wall_time(tiny_model_dir, tmp_path):
     """Prefill's own forwards and caches are listed under it, not counted twice: the top-level
-    phases sum to at most the wall time."""
+    phases are disjoint calls inside the play, so their sum is at most the wall time; every
+    decode step falls in one batch-size bucket."""
     lines = bench_output(
         "engine_profile.py",
         *("--model", str(tiny_model_dir), "--games", "4", "--max-turns", "2"),
-        *("--max-new-tokens", "8", "--device", "cpu"),
+        *("--max-new-tokens", "8", "--device", "cpu", "--out", str(tmp_path)),
     )
-    wall = float(lines[0].split(" s wall")[0].rsplit(" ", 1)[1])
-    start = next(i for i, line in enumerate(lines) if line.startswith("phase"))
-    by_rows = next(i for i, line in enumerate(lines) if line.startswith("decode rows"))
-    table = lines[start + 1 : by_rows]
-    top = [float(line[28:].split()[0]) for line in table if not line.startswith("  ")]
-    rounding = 0.005 * (len(top) + 1)  # every figure is printed to 2 decimals
-    assert len(top) == 7 and 0.5 * wall < sum(top) <= 1.01 * wall + rounding, (wall, table)
-    decode_calls = int(next(line for line in table if line.startswith("_forward")).split()[3])
-    buckets = [line for line in lines[by_rows + 1 : -1] if not line.startswith("step time")]
-    assert sum(int(line[28:].split()[1]) for line in buckets) == decode_calls, lines[by_rows:]
+    rows = jsonl(tmp_path / "engine_profile.jsonl")
+    (run,) = [r for r in rows if r["row"] == "run"]
+    assert run["games"] == 8 and run["states"] == 4  # each state played twice
+    assert positive(run, "wall_s", "generate_calls", "generated_tokens", "prefilled_tokens")
+    phases = {(r["parent"], r["phase"]): r for r in rows if r["row"] == "phase"}
+    top = [r for (parent, _), r in phases.items() if parent == ""]
+    inside = [r for (parent, _), r in phases.items() if parent == "_prefill"]
+    assert len(top) == 7 and len(inside) == 2
+    assert all(math.isfinite(r["seconds"]) and r["seconds"] >= 0 for r in phases.values())
+    assert all(positive(r, "seconds", "calls") for r in top)
+    assert sum(r["seconds"] for r in top) <= run["wall_s"] * (1 + 1e-9)
+    assert phases["", "_prefill"]["calls"] == run["generate_calls"]  # one prefill per call
+    decode = phases["", "_forward"]
+    buckets = [r for r in rows if r["row"] == "decode_batch"]
+    assert sum(r["steps"] for r in buckets) == decode["calls"]
+    assert all(positive(r, "seconds", "steps", "ms_per_step") for r in buckets)
     name, value = lines[-1].split()[1:]
-    assert name == "engine_decode_ms_per_step" and float(value) > 0
+    assert name == "engine_decode_ms_per_step"
+    assert float(value) == pytest.approx(decode["ms_per_call"], abs=5e-3)
 
 
 @pytest.mark.parametrize(
