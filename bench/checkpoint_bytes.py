@@ -90,7 +90,7 @@ def main() -> None:
     cfg = PipelineConfig.from_yaml(args.config)
     params = stored_params(cfg.model)
     reference = params * BYTES[MODEL_SHAPES[cfg.model]["hub_dtype"]]
-    shipped = cfg.grpo_config().param_dtype
+    shipped = cfg.train.param_dtype
     print(f"RESULT model {cfg.model}")
     print(f"RESULT stored_params {params}")
     print(f"RESULT train_param_dtype {shipped}")

@@ -34,7 +34,8 @@ from transformers import AutoModelForCausalLM
 from sparring.generation import attention
 from sparring.models import resolve_model
 from sparring.tiny_model import TinyModelConfig, init_tiny
-from sparring.train import GRPOConfig, advantages_for, collate, grpo_update, load_model
+from sparring.train import advantages_for, collate, grpo_update, load_model
+from sparring.train_config import GRPOConfig
 
 CPU_MODEL = TinyModelConfig(
     hidden_size=256, num_layers=6, num_heads=4, num_kv_heads=4, intermediate_size=1024

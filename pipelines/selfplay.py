@@ -28,7 +28,7 @@ from kfp import dsl, kubernetes
 from sparring.components import make_components
 
 from sparring.loop import run_params
-from sparring.loop.config import PURE_STEPS, KubernetesSettings, PipelineConfig
+from sparring.loop.config import PURE_STEPS, KubernetesSettings, PipelineConfig, field_lines
 from sparring.loop.plan import IterationPlan, plan
 
 S3_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
@@ -192,7 +192,6 @@ class _Graph:
 def build_pipeline(cfg: PipelineConfig):
     """The self-play pipeline function for `cfg` (compile it, run it locally or submit it):
     the iterations of `sparring.loop.runner.plan(cfg)`, unrolled, each stage one task."""
-    cfg.grpo_config(), cfg.sft_config()  # fail now, not in a train task
     p = run_params.values(cfg)
     compiled = run_params.compile_time(cfg)
 
@@ -277,7 +276,9 @@ def _docstring() -> str:
         "changes compile-time fields (iterations, warm start, backend, images, GPUs).",
         "",
         "Args:",
-        "    config: the whole PipelineConfig as JSON (sparring.loop.config).",
+        "    config: the whole config as JSON (sparring.loop.config.PipelineConfig; its JSON",
+        "        schema: `sparring schema`, docs/config.schema.json). Top-level fields:",
+        *[f"        - {line}" for line in field_lines(PipelineConfig)],
     ]
     lines += [f"    {name}: {param.help}" for name, param in run_params.RUN_PARAMETERS.items()]
     return "\n".join(lines)

@@ -27,14 +27,6 @@ from verl.trainer.ppo import core_algos
 from verl.workers.config import ActorConfig
 
 SINGLETON_POLICIES = ("zero", "batch")
-KL_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
-LOSS_AGG_MODES = (
-    "token-mean",
-    "token-sum",
-    "seq-mean-token-sum",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum-norm",
-)
 
 
 def group_index(df: pd.DataFrame, key: str) -> np.ndarray:

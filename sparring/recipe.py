@@ -26,7 +26,7 @@ from sparring.verl_backend.config import VerlConfig
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
 
 class WarmStart(_Strict):
@@ -79,31 +79,44 @@ class Recipe(_Strict):
     """What is trained: the game, the model, the warm start, the rollout, GRPO, the evaluation,
     the opponents and the schedule (see configs/pipeline.yaml)."""
 
-    game: GameSpec = Field(default_factory=GameSpec)  # {name, params}: every stage's game
-    model: str = "tiny"  # initial model: "tiny", a hub name, a path, s3://… or models:/name@alias
-    warm_start: WarmStart | None = None  # SFT on scripted games before iteration 0; None = off
-    iterations: int = Field(2, ge=1)  # rollout→train→evaluate→register rounds (unrolled)
-    first_iteration: int = Field(0, ge=0)  # index of the first round (the campaign driver sets it)
-    games_per_iteration: int = Field(64, ge=1)  # self-play games per rollout
-    # Evaluate the starting model (after the warm start) before the first update, as iteration
-    # first_iteration - 1, so a run's gain is measured from where GRPO began.
+    game: GameSpec = Field(default_factory=GameSpec)
+    """The game and its rules, {name, params}: every stage's game."""
+    model: str = "tiny"
+    """Initial model: "tiny", a hub name, a path, s3://… or models:/name@alias."""
+    warm_start: WarmStart | None = None
+    """SFT on scripted games before the first iteration; None = off."""
+    iterations: int = Field(2, ge=1)
+    """Rollout → train → evaluate → register rounds."""
+    first_iteration: int = Field(0, ge=0)
+    """Index of the first round (the campaign driver sets it)."""
+    games_per_iteration: int = Field(64, ge=1)
+    """Self-play games per rollout."""
     evaluate_start: bool = False
-    device: str = "auto"  # cpu, cuda or auto: every stage's device (not set in `train:`)
-    game_init: GameInitConfig = Field(default_factory=GameInitConfig)  # state counts and seed
-    rollout: PipelineRollout = Field(default_factory=PipelineRollout)  # i samples with seed+i
-    opponents: Opponents = Field(default_factory=Opponents)  # self-play or the opponent mix
-    # GRPO settings, among them the group key (`group_key`: game, init, role, batch, or one of
-    # the game's `extra_group_keys`).
+    """Evaluate the starting model (after the warm start) before the first update, as
+    iteration first_iteration - 1, so that a run's gain is measured from where GRPO began."""
+    device: str = "auto"
+    """cpu, cuda or auto: every stage's device."""
+    game_init: GameInitConfig = Field(default_factory=GameInitConfig)
+    """Initial states: train and val counts, seed."""
+    rollout: PipelineRollout = Field(default_factory=PipelineRollout)
+    """Self-play: plays per state, sampling (iteration i samples with seed + i), batching."""
+    opponents: Opponents = Field(default_factory=Opponents)
+    """Pure self-play, or a share of games against an opponent pool."""
     train: GRPOConfig = Field(default_factory=GRPOConfig)
-    # Who trains each iteration. torch: the rollout step, then `sparring.train` (CPU or one
-    # GPU). verl: one `verl-train` task per iteration runs verl's main_ppo with online self-play
-    # inside verl (route 1, sparring.verl_backend) on `verl.n_gpus_per_node` GPUs and merges its
-    # FSDP checkpoint to HF; `rollout` and `train` are then unused.
+    """GRPO settings, among them the group key (game, init, role, batch, or one of the game's
+    `extra_group_keys`)."""
     train_backend: Literal["torch", "verl"] = "torch"
-    verl: VerlConfig = Field(default_factory=VerlConfig)  # train_backend: verl settings
-    eval: EvalConfig = Field(default_factory=EvalConfig)  # modes, val games, sampling
-    registered_model: str | None = None  # MLflow registered model; None = sparring-<game>
-    champion_metric: str = "eval/selfplay/all/normalized_reward"  # higher wins `champion`
+    """Who trains each iteration. torch: the rollout step, then `sparring.train` (CPU or one
+    GPU). verl: one task per iteration runs verl's main_ppo with online self-play inside verl
+    (sparring.verl_backend) on `verl.n_gpus_per_node` GPUs; `rollout` and `train` are unused."""
+    verl: VerlConfig = Field(default_factory=VerlConfig)
+    """Settings of `train_backend: verl`."""
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    """Evaluation: modes, val games, sampling."""
+    registered_model: str | None = None
+    """MLflow registered model; None = sparring-<game>."""
+    champion_metric: str = "eval/selfplay/all/normalized_reward"
+    """The eval metric whose highest value wins the `champion` alias."""
 
     @model_validator(mode="before")
     @classmethod
@@ -244,14 +257,16 @@ def _ws_train(data: dict[str, Any]) -> dict[str, Any]:
     return _as_dict(_as_dict(data.get("warm_start")).get("train"))
 
 
-def _with_game(data: dict[str, Any], path: tuple[str, ...], game: GameSpec) -> dict[str, Any]:
+def _with_game(
+    data: dict[str, Any], path: tuple[str, ...], game: GameSpec, name: str = ""
+) -> dict[str, Any]:
     """`data` with the section at `path` built with `game`; an error if it names another."""
+    name = f"{name}.{path[0]}" if name else path[0]
     section = _as_dict(data.get(path[0]))
     if len(path) > 1:
-        return {**data, path[0]: _with_game(section, path[1:], game)}
+        return {**data, path[0]: _with_game(section, path[1:], game, name)}
     own = section.get("game")
     if own is not None and GameSpec.model_validate(own) != game:
-        name = ".".join(path)
         raise ValueError(
             f"{name}.game={own!r} differs from the top-level game={game!r}: set it once, at "
             "the top."

@@ -14,14 +14,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from pydantic import Field
 from transformers import AutoTokenizer
 
 from sparring import grpo
 from sparring.device import pick_device
 from sparring.train import (
     Batch,
-    OptimConfig,
     TrainStats,
     collate,
     load_model,
@@ -31,12 +29,7 @@ from sparring.train import (
     schedule,
     token_log_probs,
 )
-
-
-class SFTConfig(OptimConfig):
-    """Hyperparameters of one SFT run (every samples row is trained, whoever played it)."""
-
-    lr: float = Field(1e-4, gt=0)  # higher than GRPO's: a warm start moves a model far
+from sparring.train_config import SFTConfig
 
 
 def sft_loss(model, mb: Batch, rows: list[int], actor_cfg) -> tuple[torch.Tensor, dict]:
@@ -52,12 +45,13 @@ def sft(
     samples_paths: list[str | Path],
     out_dir: str | Path,
     cfg: SFTConfig | None = None,
+    device: str = "auto",
 ) -> TrainStats:
     """Fine-tune `model_path` on every row of the samples (whatever policy played it, e.g.
     scripted self-play); saves a HF checkpoint and metrics.json to `out_dir`."""
     cfg = cfg or SFTConfig()
     torch.manual_seed(cfg.seed)
-    device = pick_device(cfg.device)
+    device = pick_device(device)
     df = load_samples(samples_paths, policy=None)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     df = df.drop(columns=["temperature", "top_p"], errors="ignore")  # imitation: plain softmax

@@ -26,86 +26,18 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer
 
 from sparring import grpo, logprobs, policy_model
 from sparring.device import pick_device
-from sparring.games.base import LEARNER
 from sparring.samples import GENERIC_GROUP_KEYS, read_samples
-
-
-class OptimConfig(BaseModel):
-    """Optimizer and batching settings shared by GRPO (`GRPOConfig`) and SFT (`SFTConfig`)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    lr: float = Field(1e-5, gt=0)  # AdamW learning rate
-    weight_decay: float = Field(0.0, ge=0)  # AdamW decoupled weight decay
-    lr_schedule: Literal["constant", "cosine"] = "constant"  # cosine decays to 0 over the update
-    epochs: int = Field(1, ge=1)  # passes over the batch: PPO epochs (GRPO), data epochs (SFT)
-    mini_batch_size: int = Field(32, ge=1)  # sequences per optimizer step
-    micro_batch_size: int = Field(8, ge=1)  # sequences per forward/backward (grad accumulation)
-    loss_agg_mode: str = "token-mean"  # verl agg_loss mode, one of sparring.grpo.LOSS_AGG_MODES
-    max_grad_norm: float = Field(1.0, gt=0)  # clip the global grad norm to this
-    # Longer rows are cut; a row whose reward token is cut off is dropped (`train/dropped_rows`).
-    max_seq_len: int | None = Field(None, ge=16)
-    seed: int = 0  # mini-batch shuffling and torch seed
-    device: str = "auto"  # cpu, cuda, cuda:N or auto
-    bf16: bool = True  # bfloat16 autocast on CUDA (ignored on CPU)
-    # Weights' dtype, and the saved checkpoint's. bfloat16 halves weights, grads and AdamW state
-    # but rounds away updates below ~0.4% of a weight (lr 1e-5 mostly is): sparring.policy_model.
-    param_dtype: Literal["float32", "bfloat16"] = "float32"
-    gradient_checkpointing: bool = False  # recompute decoder layers in backward: less memory
-    lora_rank: int = Field(0, ge=0)  # >0: train LoRA adapters only; checkpoints are merged
-    lora_alpha: float | None = Field(None, gt=0)  # LoRA scale numerator; None = 2 * lora_rank
-
-    @model_validator(mode="after")
-    def _check_batches(self) -> OptimConfig:
-        if self.micro_batch_size > self.mini_batch_size:
-            raise ValueError(
-                f"micro_batch_size ({self.micro_batch_size}) must be <= mini_batch_size "
-                f"({self.mini_batch_size}); lower micro_batch_size or raise mini_batch_size"
-            )
-        if self.loss_agg_mode not in grpo.LOSS_AGG_MODES:
-            raise ValueError(
-                f"unknown loss_agg_mode {self.loss_agg_mode!r}; choose from {grpo.LOSS_AGG_MODES}"
-            )
-        return self
-
-
-class GRPOConfig(OptimConfig):
-    """Hyperparameters of one GRPO update. The defaults are the recommended values."""
-
-    group_key: str = "init"  # GRPO group: game, init, role, batch, a game's own key, any column
-    norm_adv_by_std: bool = True  # divide by the group std (GRPO); False = Dr. GRPO (centre only)
-    singleton_groups: Literal["zero", "batch"] = "zero"  # size-1 groups: see sparring.grpo
-    clip_ratio: float = Field(0.2, gt=0, lt=1)  # PPO clip epsilon (lower side)
-    clip_ratio_high: float | None = Field(None, gt=0)  # upper clip epsilon; None = clip_ratio
-    # seq-mean-token-mean: every sequence weighs the same. token-mean lets long failed games
-    # outweigh short wins (docs/results.md measures it).
-    loss_agg_mode: str = "seq-mean-token-mean"
-    kl_coef: float = Field(0.0, ge=0)  # weight of KL(policy || reference); 0 = no reference
-    kl_type: str = "low_var_kl"  # verl kl_penalty: kl/k1, abs, mse/k2, low_var_kl/k3 (+ suffix ok)
-    entropy_coef: float = Field(0.0, ge=0)  # entropy bonus weight (entropy is logged either way)
-    policy: str | None = LEARNER  # train the rows whose `policy` is this (None = all)
-
-    @model_validator(mode="after")
-    def _check(self) -> GRPOConfig:
-        if self.kl_type.removesuffix("+") not in grpo.KL_TYPES:
-            raise ValueError(f"unknown kl_type {self.kl_type!r}; choose from {grpo.KL_TYPES}")
-        if self.group_key.strip() != self.group_key or not self.group_key:
-            raise ValueError(f"group_key {self.group_key!r} must be a column name or 'batch'")
-        return self
-
-    def actor(self):  # -> verl ActorConfig
-        return grpo.actor_config(self.clip_ratio, self.clip_ratio_high, self.loss_agg_mode)
+from sparring.train_config import GRPOConfig, OptimConfig
 
 
 @dataclass
@@ -448,7 +380,17 @@ def grpo_update(
         return loss, diag
 
     # 5. PPO epochs
-    return optimize(model, batch, plan, cfg, device, micro_loss, "grpo", cfg.actor(), on_step)
+    return optimize(
+        model,
+        batch,
+        plan,
+        cfg,
+        device,
+        micro_loss,
+        "grpo",
+        grpo.actor_config(cfg.clip_ratio, cfg.clip_ratio_high, cfg.loss_agg_mode),
+        on_step,
+    )
 
 
 def train(
@@ -458,8 +400,10 @@ def train(
     cfg: GRPOConfig | None = None,
     ref_model_path: str | Path | None = None,
     on_step: OnStep | None = None,
+    device: str = "auto",
 ) -> TrainStats:
-    """One GRPO update of `model_path` on rollout samples; writes a checkpoint to `out_dir`.
+    """One GRPO update of `model_path` on rollout samples, on `device` (cpu, cuda, cuda:N or
+    auto); writes a checkpoint to `out_dir`.
 
     The reference policy for KL is `ref_model_path` if given, else `model_path` itself;
     `on_step` sees every optimizer step's metrics (see `optimize`).
@@ -468,7 +412,7 @@ def train(
     if ref_model_path is not None and cfg.kl_coef == 0:
         raise ValueError("a reference model is only used when kl_coef > 0; set kl_coef or drop it")
     torch.manual_seed(cfg.seed)
-    device = pick_device(cfg.device)
+    device = pick_device(device)
     # 1. samples -> tensors
     df, dropped = drop_cut_rewards(load_samples(samples_paths, cfg.policy), cfg.max_seq_len)
     tokenizer = AutoTokenizer.from_pretrained(model_path)

@@ -33,7 +33,6 @@ def test_one_example_per_backend():
 def test_example_validates_compiles_and_documents_itself(name, tmp_path):
     text = (EXAMPLES / name).read_text()
     cfg = PipelineConfig.model_validate(yaml.safe_load(text))
-    cfg.grpo_config()
     backend, detail = BACKENDS[name]
     assert cfg.train_backend == backend
     if backend == "verl":

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from sparring import grpo
+from sparring.train_config import LOSS_AGG_MODES
 
 SCORES = [1.0, 0.0, 1.0, 1.0, 0.5, 0.2]
 FRAME = pd.DataFrame(
@@ -119,7 +120,7 @@ def test_kl_penalty_by_hand():
     assert loss.item() == pytest.approx(1 - math.log(2), abs=1e-5) and mean == loss
 
 
-@pytest.mark.parametrize("mode", grpo.LOSS_AGG_MODES)
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
 def test_micro_batch_losses_add_up_to_the_mini_batch_loss(mode):
     gen = torch.Generator().manual_seed(0)
     log_prob, old = torch.randn(4, 5, generator=gen), torch.randn(4, 5, generator=gen)
@@ -135,7 +136,7 @@ def test_micro_batch_losses_add_up_to_the_mini_batch_loss(mode):
     assert sum(parts).item() == pytest.approx(full.item(), abs=1e-5)
 
 
-@pytest.mark.parametrize("mode", grpo.LOSS_AGG_MODES)
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
 def test_masked_tokens_get_no_gradient(mode):
     """Perturbing a masked token's logits leaves the policy + KL loss unchanged."""
     gen = torch.Generator().manual_seed(1)

@@ -12,7 +12,8 @@ from sample_frames import make_samples
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from sparring.policy_model import load_policy
-from sparring.train import GRPOConfig, collate, token_log_probs, train
+from sparring.train import collate, token_log_probs, train
+from sparring.train_config import GRPOConfig
 
 CPU = torch.device("cpu")
 
@@ -57,8 +58,8 @@ def test_gradient_checkpointing_recomputes_layers_and_keeps_the_gradients(
 def test_lora_trains_adapters_and_saves_a_merged_plain_checkpoint(
     tiny_model_dir, samples, tmp_path
 ):
-    cfg = GRPOConfig(lora_rank=4, lr=1e-2, mini_batch_size=8, micro_batch_size=4, device="cpu")
-    out = train(tiny_model_dir, [samples], tmp_path / "lora", cfg).out_dir
+    cfg = GRPOConfig(lora_rank=4, lr=1e-2, mini_batch_size=8, micro_batch_size=4)
+    out = train(tiny_model_dir, [samples], tmp_path / "lora", cfg, device="cpu").out_dir
     assert not list(out.glob("adapter_*"))  # the rollout loads it like any checkpoint
     before = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
     after = AutoModelForCausalLM.from_pretrained(out).state_dict()
@@ -70,8 +71,8 @@ def test_lora_trains_adapters_and_saves_a_merged_plain_checkpoint(
 
 
 def test_bf16_weights_train_and_save_in_bf16(tiny_model_dir, samples, tmp_path):
-    cfg = GRPOConfig(param_dtype="bfloat16", lr=1e-2, mini_batch_size=8, device="cpu")
-    stats = train(tiny_model_dir, [samples], tmp_path / "bf16", cfg)
+    cfg = GRPOConfig(param_dtype="bfloat16", lr=1e-2, mini_batch_size=8)
+    stats = train(tiny_model_dir, [samples], tmp_path / "bf16", cfg, device="cpu")
     assert torch.isfinite(torch.tensor(stats.metrics["train/loss"]))
     with safe_open(stats.out_dir / "model.safetensors", "pt") as f:
         dtypes = {f.get_slice(k).get_dtype() for k in f.keys()}

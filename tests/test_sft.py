@@ -12,7 +12,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from sparring import grpo
 from sparring.sft import sft, sft_loss
-from sparring.train import GRPOConfig, collate, load_model, token_log_probs
+from sparring.train import collate, load_model, token_log_probs
+from sparring.train_config import GRPOConfig
 
 
 @pytest.fixture(scope="module")

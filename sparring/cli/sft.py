@@ -10,12 +10,14 @@ from sparring.cli.train import run_trainer, trainer_options
 
 @click.command("sft")
 @trainer_options
-def command(config, model, samples, out, **overrides) -> None:
+def command(config, model, samples, out, device, **overrides) -> None:
     """Fine-tune MODEL on every seat's own replies in SAMPLES; write a checkpoint to OUT.
 
     Scripted self-play samples: `sparring rollout --seats matching-scripted,matching-scripted
     --tokenizer MODEL ...`.
     """
-    from sparring.sft import SFTConfig, sft
+    from sparring.sft import sft
+    from sparring.train_config import SFTConfig
 
-    run_trainer(sft, load_config(SFTConfig, config, overrides), model, samples, out)
+    cfg = load_config(SFTConfig, config, overrides)
+    run_trainer(sft, cfg, model, samples, out, device=device)

@@ -50,7 +50,7 @@ def trainer_options(f: Callable) -> Callable:
         click.option("--micro-batch-size", type=int, help="Sequences per forward/backward."),
         click.option("--max-seq-len", type=int, help="Cut longer samples to this many tokens."),
         click.option("--seed", type=int, help="Shuffling and torch seed."),
-        click.option("--device", help="cpu, cuda or auto."),
+        click.option("--device", default="auto", show_default=True, help="cpu, cuda or auto."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -76,11 +76,12 @@ def run_trainer(fn: Callable, cfg, model: str, samples: tuple[str, ...], out: st
 @click.option("--clip-ratio", type=float, help="PPO clip epsilon.")
 @click.option("--loss-agg-mode", help="verl agg_loss mode, e.g. token-mean, seq-mean-token-mean.")
 @click.option("--ref-model", help="Reference policy for KL (default: --model).")
-def command(config, model, samples, out, ref_model, **overrides) -> None:
+def command(config, model, samples, out, ref_model, device, **overrides) -> None:
     """GRPO-train MODEL on SAMPLES; write a HF checkpoint and metrics.json to OUT."""
     from sparring.models import resolve_model
-    from sparring.train import GRPOConfig, train
+    from sparring.train import train
+    from sparring.train_config import GRPOConfig
 
     cfg = load_config(GRPOConfig, config, overrides)
     ref = resolve_model(ref_model) if ref_model else None
-    run_trainer(train, cfg, model, samples, out, ref_model_path=ref)
+    run_trainer(train, cfg, model, samples, out, ref_model_path=ref, device=device)

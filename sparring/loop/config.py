@@ -1,12 +1,12 @@
-"""The one config of the iterative self-play pipeline (`sparring run|compile|submit`).
+"""The one config file of a self-play run (`sparring run|compile|submit`): a recipe and its
+deployment.
 
     sparring run                                  # the embedded default, configs/pipeline.yaml
     sparring run --config configs/pipeline.yaml --iterations 3
     sparring compile --config configs/pipeline-gpu.yaml -o pipeline.yaml
 
-The game (`game: {name, params}`) is set once at the top and copied into the game-init,
-rollout and eval sub-configs (which are the library's own configs); so is `device`, into the
-GRPO and SFT sections. Setting either again inside a section is an error. Storage layout:
+`sparring.recipe.Recipe` is what is trained (game, model, warm start, rollout, GRPO, eval,
+opponents, schedule); `Deployment` is where it runs (storage, tracking, Kubernetes). Storage layout:
 `<storage.root>/<run>/<iteration>/{rollout,checkpoint,eval}` and `<storage.root>/<run>/inits`,
 plus `<storage.root>/<run>/initial` (iteration 0's model) when the opponent pool names `past-<k>`.
 """
@@ -14,22 +14,16 @@ plus `<storage.root>/<run>/initial` (iteration 0's model) when the opponent pool
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sparring import __version__
 from sparring.configs import CONFIG_DIR
-from sparring.evaluate import EvalConfig
-from sparring.game_init import GameInitConfig
-from sparring.games import GameSpec
-from sparring.opponents import DifficultyConfig, past_steps
-from sparring.rollout import RolloutConfig
-from sparring.samples import check_group_key
+from sparring.recipe import Recipe
 from sparring.settings import TrackingConfig
 from sparring.storage import StorageConfig
-from sparring.verl_backend.config import VerlConfig
 
 # The runtime images, as images/build.sh tags them: <repository>:<version>-cpu|-gpu.
 IMAGE_REPOSITORY = "ghcr.io/sparring/sparring"
@@ -40,49 +34,7 @@ DEFAULT_CONFIG = CONFIG_DIR / "pipeline.yaml"
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class WarmStart(_Strict):
-    """Supervised warm start of the initial model on scripted self-play (before iteration 0)."""
-
-    agent: str | None = None  # scripted agent that plays every seat; None = the game's default
-    num_states: int = Field(32, ge=1)  # train initial states it plays (once each)
-    train: dict[str, Any] = Field(default_factory=dict)  # SFT settings: sparring.sft.SFTConfig
-
-
-class PipelineRollout(RolloutConfig):
-    """The pipeline's `rollout:` section: the library's RolloutConfig plus the fan-out."""
-
-    model_config = ConfigDict(extra="forbid")
-    shards: int = Field(1, ge=1)
-    """Parallel rollout tasks per iteration (each a pod with `kubernetes.rollout_gpus`), each
-    playing a contiguous slice of the iteration's initial states; one task merges them into the
-    rollout a single task would write (sparring.loop.shards). 1 = one rollout task."""
-
-
-class Opponents(_Strict):
-    """Who the learner plays in each rollout (seed 001; see sparring.opponents): pure self-play,
-    or a share of the games with the learner in one role against opponents whose strength
-    follows that role's difficulty schedule, carried from iteration to iteration. The pool
-    holds scripted agents and earlier checkpoints of the run: `past-<k>` is the policy that
-    played the rollout k iterations before (sparring.loop.league loads it from storage)."""
-
-    selfplay_fraction: float = Field(1.0, ge=0.0, le=1.0)  # 1 = pure self-play (the default)
-    difficulty: DifficultyConfig | None = None  # the pool (scripted agents, past-<k>); mix only
-
-    @property
-    def mixed(self) -> bool:
-        """Whether some games seat the learner against the pool."""
-        return self.selfplay_fraction < 1.0
-
-    @property
-    def checkpoint_steps(self) -> list[int]:
-        """k of every `past-<k>` in the pool, ascending; [] without an opponent mix."""
-        if not self.mixed:
-            return []
-        pool = self.difficulty.pool if self.difficulty else []
-        return sorted(k for name in pool if (k := past_steps(name)))
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
 
 class StorageSettings(_Strict):
@@ -197,75 +149,29 @@ class KubernetesSettings(_Strict):
         return gpus.get(step, self.eval_gpus if step == "evaluate" else 0)
 
 
-class PipelineConfig(_Strict):
-    """Everything one self-play pipeline run needs (see configs/pipeline.yaml)."""
+class Deployment(_Strict):
+    """Where and how a recipe runs: the KFP pipeline's name, storage, tracking and Kubernetes.
+    Only the KFP layer (pipelines/, components/) reads `kubernetes`; the loop gets storage and
+    tracking as its ports."""
 
-    name: str = "sparring-selfplay"  # KFP pipeline name
-    run_name: str | None = None  # storage folder and MLflow parent run; None = the KFP job name
-    game: GameSpec = Field(default_factory=GameSpec)  # {name, params}, copied into sub-configs
-    model: str = "tiny"  # initial model: "tiny", a hub name, a path, s3://… or models:/name@alias
-    warm_start: WarmStart | None = None  # SFT on scripted games before iteration 0; None = off
-    iterations: int = Field(2, ge=1)  # rollout→train→evaluate→register rounds (unrolled)
-    first_iteration: int = Field(0, ge=0)  # index of the first round (the campaign driver sets it)
-    games_per_iteration: int = Field(64, ge=1)  # self-play games per rollout
-    # Evaluate the starting model (after the warm start) before the first update, as iteration
-    # first_iteration - 1, so a run's gain is measured from where GRPO began.
-    evaluate_start: bool = False
-    device: str = "auto"  # cpu, cuda or auto: every task's device (not set in `train:`)
-    game_init: GameInitConfig = Field(default_factory=GameInitConfig)  # state counts and seed
-    rollout: PipelineRollout = Field(default_factory=PipelineRollout)  # i samples with seed+i
-    opponents: Opponents = Field(default_factory=Opponents)  # self-play or the opponent mix
-    # GRPO settings: sparring.train.GRPOConfig fields, among them the group key (`group_key`:
-    # game, init, role, batch, or one of the game's `extra_group_keys`).
-    train: dict[str, Any] = Field(default_factory=dict)
-    # Who trains each iteration. torch: the pipeline's rollout step, then `sparring.train` (CPU
-    # or one GPU). verl: one `verl-train` task per iteration runs verl's main_ppo with online
-    # self-play inside verl (route 1, sparring.verl_backend) on `verl.n_gpus_per_node` GPUs and
-    # merges its FSDP checkpoint to HF; `rollout` and `train` are then unused.
-    train_backend: Literal["torch", "verl"] = "torch"
-    verl: VerlConfig = Field(default_factory=VerlConfig)  # train_backend: verl settings
-    eval: EvalConfig = Field(default_factory=EvalConfig)  # modes, val games, sampling
+    name: str = "sparring-selfplay"
+    """The KFP pipeline's name."""
+    run_name: str | None = None
+    """Storage folder and MLflow parent run; None = the KFP job name."""
     storage: StorageSettings = Field(default_factory=StorageSettings)
-    tracking: TrackingConfig = Field(default_factory=TrackingConfig)  # MLflow URI + experiment
-    registered_model: str | None = None  # MLflow registered model; None = sparring-<game>
-    champion_metric: str = "eval/selfplay/all/normalized_reward"  # higher wins `champion`
+    """Where checkpoints and datasets go (S3 or a local folder)."""
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    """MLflow: tracking URI and experiment, or `enabled: false` for none."""
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
+    """How the tasks run on a cluster: images, GPUs, Secrets, resources, retries."""
+
+
+class PipelineConfig(Deployment, Recipe):
+    """One YAML file (configs/pipeline.yaml): a recipe (`sparring.recipe.Recipe`) and its
+    deployment, side by side at the top level."""
 
     @model_validator(mode="after")
-    def _check(self) -> PipelineConfig:
-        for name, sub in (
-            ("game_init", self.game_init),
-            ("rollout", self.rollout),
-            ("eval.rollout", self.eval.rollout),
-        ):
-            if "game" in sub.model_fields_set and sub.game != self.game:
-                raise ValueError(
-                    f"{name}.game={sub.game!r} differs from the top-level game={self.game!r}: "
-                    "set it once, at the top."
-                )
-            sub.game = self.game
-        for name, section in (("train", self.train), ("warm_start.train", self.ws_train)):
-            if "device" in section:
-                raise ValueError(
-                    f"{name}.device is set; set the top-level `device` (used by every task)"
-                )
-        if "group_key" in self.train:
-            self.train["group_key"] = check_group_key(self.game, self.train["group_key"])
-        if self.registered_model is None:
-            self.registered_model = f"sparring-{self.game.name}"
-        if self.warm_start is not None and self.warm_start.agent is None:
-            self.warm_start.agent = self.game.cls.default_opponent
-        if self.games_per_iteration % self.rollout.games_per_init:
-            raise ValueError(
-                f"games_per_iteration ({self.games_per_iteration}) must be a multiple of "
-                f"rollout.games_per_init ({self.rollout.games_per_init})"
-            )
-        if self.game_init.num_train < 1 or self.game_init.num_val < 1:
-            raise ValueError("game_init.num_train and game_init.num_val must both be >= 1")
-        if "champion_metric" in self.model_fields_set and not self.champion_metric.startswith(
-            "eval/"
-        ):
-            raise ValueError(f"champion_metric {self.champion_metric!r} must be an eval/* metric")
+    def _check_accelerators(self) -> PipelineConfig:
         k8s = self.kubernetes
         gpu_steps = k8s.rollout_gpus or k8s.train_gpus or k8s.eval_gpus
         if self.device == "cuda" and not gpu_steps and self.train_backend != "verl":
@@ -274,77 +180,17 @@ class PipelineConfig(_Strict):
                 "train_gpus and eval_gpus are 0), so every task would run on the CPU image: set "
                 "device: auto (or cpu), or request GPUs for the steps that need them"
             )
-        if self.train_backend == "verl":
-            self._check_verl()
-        if self.rollout.shards > 1:
-            self._check_shards()
-        if self.opponents.mixed:
-            self._check_opponents()
         return self
 
-    def _check_shards(self) -> None:
-        """What the rollout fan-out (`rollout.shards` > 1) needs of the config."""
-        shards, states = (
-            self.rollout.shards,
-            self.games_per_iteration // self.rollout.games_per_init,
-        )
-        if self.train_backend != "torch":
-            raise ValueError(
-                "rollout.shards > 1 needs train_backend: torch (verl plays inside verl; scale it "
-                "with verl.nnodes)"
-            )
-        if self.opponents.mixed:
-            raise ValueError(
-                "rollout.shards > 1 needs pure self-play (opponents.selfplay_fraction: 1): the "
-                "opponent mix carries one difficulty schedule from rollout to rollout"
-            )
-        if shards > states:
-            raise ValueError(
-                f"rollout.shards={shards} exceeds the {states} initial states of an iteration "
-                f"(games_per_iteration / rollout.games_per_init): lower rollout.shards"
-            )
+    @property
+    def recipe(self) -> Recipe:
+        """The recipe part alone."""
+        return Recipe.model_validate(self.model_dump(include=set(Recipe.model_fields)))
 
-    def _check_opponents(self) -> None:
-        """What an opponent mix (`opponents.selfplay_fraction` < 1) needs of the config."""
-        if self.train_backend != "torch":
-            raise ValueError("opponents.selfplay_fraction < 1 needs train_backend: torch")
-        if self.rollout.seats is not None:
-            raise ValueError(
-                "set either rollout.seats or opponents.selfplay_fraction < 1, not both"
-            )
-        if self.opponents.difficulty is None:
-            raise ValueError(
-                "opponents.selfplay_fraction < 1 needs opponents.difficulty.pool: the opponents, "
-                f"weakest first (scripted agents of {self.game.name}: "
-                f"{sorted(self.game.cls.agents)}, or past-<k>)"
-            )
-        scripted = sorted(self.game.cls.agents)
-        unknown = [
-            name
-            for name in self.opponents.difficulty.pool
-            if name not in scripted and past_steps(name) is None
-        ]
-        if unknown:
-            raise ValueError(
-                f"opponents.difficulty.pool names {unknown}, which are not scripted agents of "
-                f"{self.game.name} ({scripted}) nor earlier checkpoints `past-<k>` (k >= 1, e.g. "
-                "past-1: the policy of the previous iteration)"
-            )
-
-    def _check_verl(self) -> None:
-        """What `train_backend: verl` needs of the rest of the config."""
-        v = self.verl
-        if self.device == "cpu":
-            raise ValueError("train_backend: verl needs GPUs; set device: cuda (or auto)")
-        rows, seats = self.verl_rows_per_iteration, self.num_seats
-        if rows < v.train_batch_size:
-            need = -(-v.train_batch_size // seats) * seats * v.rollout_n
-            raise ValueError(
-                f"train_backend: verl: games_per_iteration={self.games_per_iteration} with "
-                f"verl.rollout_n={v.rollout_n} gives {rows} (state x seat) rows per iteration, "
-                f"fewer than verl.train_batch_size ({v.train_batch_size}), so verl would train "
-                f"no step: set games_per_iteration >= {need} or lower verl.train_batch_size"
-            )
+    @property
+    def deployment(self) -> Deployment:
+        """The deployment part alone."""
+        return Deployment.model_validate(self.model_dump(include=set(Deployment.model_fields)))
 
     def for_step(self, step: str) -> PipelineConfig:
         """The config as `step`'s task uses it (step names as in STEP_RESOURCES): with
@@ -354,55 +200,13 @@ class PipelineConfig(_Strict):
             return self
         return self.model_copy(update={"device": "cpu"})
 
-    @property
-    def verl_states_per_iteration(self) -> int:
-        """Train states one verl iteration plays: each seat of each state is a dataset row
-        that verl plays `verl.rollout_n` times, `games_per_iteration` games in all."""
-        return self.games_per_iteration // (self.verl.rollout_n * self.num_seats)
-
-    @property
-    def verl_rows_per_iteration(self) -> int:
-        """verl dataset rows (state x seat) of one iteration."""
-        return self.verl_states_per_iteration * self.num_seats
-
-    @property
-    def num_seats(self) -> int:
-        """Seats of the game."""
-        return len(self.game.cls.roles)
-
-    @property
-    def ws_train(self) -> dict[str, Any]:
-        return self.warm_start.train if self.warm_start else {}
-
-    @property
-    def group_key(self) -> str:
-        """The GRPO group key (`train.group_key`, else GRPOConfig's default)."""
-        return self.grpo_config().group_key
-
-    def grpo_config(self):  # -> sparring.train.GRPOConfig
-        """`train` as a validated GRPOConfig on the pipeline's device.
-
-        The sections stay plain dicts so that tasks which never train don't import the
-        trainer (and verl: seconds per task); `build_pipeline` validates both up front.
-        """
-        from sparring.train import GRPOConfig
-
-        return _section(GRPOConfig, "train", {**self.train, "device": self.device})
-
-    def sft_config(self):  # -> sparring.sft.SFTConfig
-        """`warm_start.train` as a validated SFTConfig on the pipeline's device."""
-        from sparring.sft import SFTConfig
-
-        return _section(SFTConfig, "warm_start.train", {**self.ws_train, "device": self.device})
-
     @classmethod
     def from_yaml(cls, path: str | Path | None = None) -> PipelineConfig:
         """The config in `path`; the embedded default (configs/pipeline.yaml) if None."""
         return cls.model_validate(yaml.safe_load(Path(path or DEFAULT_CONFIG).read_text()) or {})
 
 
-def _section(cls: type[BaseModel], name: str, data: dict[str, Any]) -> Any:
-    try:
-        return cls.model_validate(data)
-    except ValueError as e:
-        raise ValueError(f"invalid {name} section of the pipeline config:\n{e}") from e
+def field_lines(model: type[BaseModel]) -> list[str]:
+    """`name: description` for each top-level field of `model`, from its JSON schema."""
+    props = model.model_json_schema()["properties"]
+    return [f"{name}: {' '.join(p.get('description', '').split())}" for name, p in props.items()]

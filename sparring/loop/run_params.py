@@ -84,7 +84,7 @@ def values(cfg: PipelineConfig) -> dict[str, Any]:
         for key in _field(cfg, name):
             node = node.get(key) if isinstance(node, dict) else None
         if node is None:
-            node = cfg.grpo_config().lr if name == "learning_rate" else -1
+            node = cfg.train.lr if name == "learning_rate" else -1
         out[name] = param.type(node)
     return out
 

@@ -22,8 +22,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sparring import recipe
-from sparring.loop import tasks
+from sparring.loop import steps, tasks
 from sparring.loop.config import PipelineConfig
 from sparring.loop.io import log, run_uri, upload
 from sparring.rollout import Episode, RolloutResult, build_policies, rollout_stats
@@ -59,7 +58,7 @@ def play_shard(
     policies = build_policies(
         cfg.game, model_dir, rcfg.seats, cfg.device, rcfg.max_batch_size, backend=rcfg.backend
     )
-    played = recipe.self_play(mine, policies, rcfg, out_dir)
+    played = steps.self_play(mine, policies, rcfg, out_dir)
     log(f"iteration {iteration}: shard {shard} played {len(mine)} states")
     return played.metrics
 

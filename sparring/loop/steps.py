@@ -1,4 +1,4 @@
-"""Warm start, then iterate: the training recipe the pipeline tasks and the benches share.
+"""The loop's three steps (warm start, self-play, one GRPO update), which its tasks run.
 
     warm = warm_start(model, rcfg, "matching-scripted", states, work / "warm", SFTConfig())
     model = warm.model_dir
@@ -31,6 +31,7 @@ from sparring.rollout import (
     rollout_stats,
     write_outputs,
 )
+from sparring.train_config import GRPOConfig, SFTConfig
 
 
 @dataclass
@@ -55,7 +56,8 @@ def warm_start(
     agent: str,
     states: list[tuple[str, dict[str, Any]]],
     out_dir: str | Path,
-    cfg: Any = None,  # sparring.sft.SFTConfig
+    cfg: SFTConfig | None = None,
+    device: str = "auto",
 ) -> Step:
     """1. SFT `model_dir` on `agent` playing every seat of `states` once; a checkpoint in
     `out_dir`, with `warm_start/teacher_reward` (the scripted games' mean reward). The
@@ -78,7 +80,7 @@ def warm_start(
     teacher = rollout_stats(result, learner=agent)["rollout/normalized_reward"]
     with tempfile.TemporaryDirectory(prefix="sparring-sft-") as tmp:
         samples = write_outputs(result, tmp)["samples"]
-        trained = sft(model_dir, [samples], out_dir, cfg)
+        trained = sft(model_dir, [samples], out_dir, cfg, device)
     return Step(trained.out_dir, {**trained.metrics, "warm_start/teacher_reward": teacher})
 
 
@@ -100,16 +102,17 @@ def grpo_step(
     model_dir: str | Path,
     samples: str | Path,
     out_dir: str | Path,
-    cfg: Any = None,  # sparring.train.GRPOConfig
+    cfg: GRPOConfig | None = None,
     ref_model_dir: str | Path | None = None,
     on_step: Any = None,  # sparring.train.OnStep: each optimizer step's metrics, live
+    device: str = "auto",
 ) -> Step:
     """3. One GRPO update; on no signal the checkpoint is copied unchanged."""
     from sparring.train import NoSignalError, train
 
     ref = ref_model_dir if cfg is not None and cfg.kl_coef > 0 else None
     try:
-        stats = train(model_dir, [samples], out_dir, cfg, ref, on_step)
+        stats = train(model_dir, [samples], out_dir, cfg, ref, on_step, device)
     except NoSignalError as err:  # every group tied: no gradient, so the policy stays as it was
         print(f"[sparring] train: no learning signal, checkpoint unchanged ({err})", flush=True)
         shutil.copytree(model_dir, out_dir, dirs_exist_ok=True)

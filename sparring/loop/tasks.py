@@ -6,7 +6,7 @@ outputs; tests call them directly, without KFP. The spine, per iteration i:
     start          check S3 and MLflow answer, store config.yaml, open the MLflow parent run
     game_init      train/val initial states                 -> <root>/<run>/inits
     initial_model  the tiny model or the configured ref (hub name, path, s3://, models:/)
-    warm_start     SFT on scripted self-play (optional, sparring.recipe.warm_start)
+    warm_start     SFT on scripted self-play (optional, sparring.loop.steps.warm_start)
     rollout        self-play games + samples                -> <root>/<run>/<i>/rollout
     train          GRPO on the samples                      -> a HF checkpoint
     evaluate       val games: selfplay / vs previous / vs scripted -> <root>/<run>/<i>/eval
@@ -30,8 +30,7 @@ from typing import NamedTuple
 
 import yaml
 
-from sparring import recipe
-from sparring.loop import league, reports
+from sparring.loop import league, reports, steps
 from sparring.loop.config import PipelineConfig
 from sparring.loop.io import log, run_uri, upload
 from sparring.rollout import RolloutConfig, build_policies, load_inits
@@ -101,9 +100,10 @@ def warm_start(
     ws = cfg.warm_start
     assert ws is not None and ws.agent is not None, "warm_start is off in this config"
     states = load_inits(train_inits, ws.num_states)
-    return recipe.warm_start(
-        model_dir, cfg.rollout, ws.agent, states, out_dir, cfg.sft_config()
-    ).metrics
+    played = steps.warm_start(
+        model_dir, cfg.rollout, ws.agent, states, out_dir, ws.train, cfg.device
+    )
+    return played.metrics
 
 
 def iteration_plan(
@@ -111,7 +111,7 @@ def iteration_plan(
 ) -> tuple[list[tuple[str, dict]], RolloutConfig]:
     """The train states of `iteration` (`games / rollout.games_per_init`, rotating through the
     list) and its rollout config (sampling seed = `rollout.sampling.seed + iteration`)."""
-    states = recipe.rotate(load_inits(train_inits), iteration, games // cfg.rollout.games_per_init)
+    states = steps.rotate(load_inits(train_inits), iteration, games // cfg.rollout.games_per_init)
     sampling = cfg.rollout.sampling
     seed = None if sampling.seed is None else sampling.seed + iteration
     rcfg = cfg.rollout.model_copy(update={"sampling": sampling.model_copy(update={"seed": seed})})
@@ -151,7 +151,7 @@ def rollout(
             extra_models={name: local for name, (_, local) in past.items()},
             backend=rcfg.backend,
         )
-        played = recipe.self_play(states, policies, rcfg, out_dir, mix.plan if mix else None)
+        played = steps.self_play(states, policies, rcfg, out_dir, mix.plan if mix else None)
     stats = played.metrics
     if mix:
         models = {name: uri for name, (uri, _) in past.items()}
@@ -173,7 +173,7 @@ def train(
     parent_run_id: str | None = None,
     iteration: int = 0,
 ) -> dict[str, float]:
-    """GRPO on one rollout's samples (`sparring.recipe.grpo_step`); a HF checkpoint in
+    """GRPO on one rollout's samples (`sparring.loop.steps.grpo_step`); a HF checkpoint in
     `out_dir`, unchanged when there is no learning signal (`train/no_signal` = 1). With
     `parent_run_id`, every optimizer step's `train_step/*` metrics go to the iteration's MLflow
     run while it trains."""
@@ -182,8 +182,10 @@ def train(
         from sparring.tracking import PipelineRun
 
         on_step = PipelineRun.attach(parent_run_id, cfg.tracking).step_logger(iteration)
-    gcfg = cfg.grpo_config()
-    return recipe.grpo_step(model_dir, samples, out_dir, gcfg, ref_model_dir, on_step).metrics
+    trained = steps.grpo_step(
+        model_dir, samples, out_dir, cfg.train, ref_model_dir, on_step, cfg.device
+    )
+    return trained.metrics
 
 
 def evaluate(
@@ -250,7 +252,7 @@ def register(
         uri = upload(cfg, model_dir, run_uri(cfg, run_name, iteration, "checkpoint"))
         return Registered(uri, "", "")
     run = PipelineRun.attach(parent_run_id, cfg.tracking)
-    game, group_key = cfg.game.name, cfg.grpo_config().group_key
+    game, group_key = cfg.game.name, cfg.train.group_key
     tags = {"parent_run_id": parent_run_id, "game": game, "group_key": group_key}
     tags[RUN_TAG] = run_name  # league.past_models finds an iteration's checkpoint by it
     if kfp_run_id:

@@ -22,7 +22,7 @@ from typing import TextIO
 
 from sparring.loop.config import PipelineConfig
 from sparring.loop.io import log, run_uri, upload
-from sparring.recipe import rotate
+from sparring.loop.steps import rotate
 from sparring.rollout import load_inits
 from sparring.verl_backend.data import selfplay_rows, write_rows
 from sparring.verl_backend.launch import merge_command, verl_command, write_agent_loop_config

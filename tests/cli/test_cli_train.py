@@ -11,7 +11,7 @@ from sample_frames import make_samples
 from transformers import AutoTokenizer
 
 from sparring.cli import main
-from sparring.train import GRPOConfig
+from sparring.train_config import GRPOConfig
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 

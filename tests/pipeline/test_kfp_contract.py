@@ -48,7 +48,7 @@ def test_a_changed_run_parameter_sets_its_field_and_an_unchanged_one_keeps_the_c
     config = cfg.model_copy(update={"games_per_iteration": 256}).model_dump_json()
     params = run_params.values(cfg) | {"learning_rate": 3e-6, "sampling_seed": -1.0}
     got = run_params.resolve(config, params, compiled)
-    assert got.grpo_config().lr == 3e-6 and got.rollout.sampling.seed is None
+    assert got.train.lr == 3e-6 and got.rollout.sampling.seed is None
     assert got.games_per_iteration == 256  # set in `config`, its parameter left at its default
     assert run_params.resolve(cfg.model_dump_json(), run_params.values(cfg), compiled) == cfg
 
