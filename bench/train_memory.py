@@ -11,7 +11,7 @@ rewards per group. `--naive-logprobs` swaps in a copy of the old `token_log_prob
 materialised log_softmax over the whole (B, T, V) logits in fp32 and its exp for the entropy.
 The last line is `RESULT train_peak_rss_mb <max RSS of this process in MiB>`. On CUDA
 (`--device cuda`) it is `RESULT train_peak_gpu_mb <torch.cuda.max_memory_allocated in MiB>`, the
-figure tests/test_gpu_memory.py's memory model predicts.
+figure sparring.gpu_memory's model predicts.
 """
 
 from __future__ import annotations

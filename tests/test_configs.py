@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
 import yaml
 
-from sparring.loop.config import CONFIG_DIR, Deployment, PipelineConfig
+from sparring.loop.config import CONFIG_DIR, Deployment, GPUMemoryWarning, PipelineConfig
 from sparring.recipe import Recipe
 from sparring.train_config import GRPOConfig, SFTConfig
 
@@ -102,3 +103,12 @@ def test_the_published_schema_is_the_configs():
     )
     described = PipelineConfig.model_json_schema()["properties"]
     assert all(p.get("description") for p in described.values())  # the KFP UI shows them
+
+
+def test_a_gpu_config_that_would_not_fit_its_card_warns_on_validation():
+    data = yaml.safe_load((CONFIG_DIR / "pipeline-gpu.yaml").read_text())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GPUMemoryWarning)
+        PipelineConfig.model_validate(data)  # as shipped: it fits
+    with pytest.warns(GPUMemoryWarning, match="Qwen2.5-7B-Instruct needs ~.* GB"):
+        PipelineConfig.model_validate({**data, "model": "Qwen/Qwen2.5-7B-Instruct"})

@@ -13,6 +13,7 @@ plus `<storage.root>/<run>/initial` (iteration 0's model) when the opponent pool
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Literal
 
@@ -21,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sparring import __version__
 from sparring.configs import CONFIG_DIR
+from sparring.gpu_memory import fit_warnings
 from sparring.recipe import Recipe
 from sparring.settings import TrackingConfig
 from sparring.storage import StorageConfig
@@ -31,6 +33,10 @@ IMAGE = f"{IMAGE_REPOSITORY}:{__version__}-cpu"
 GPU_IMAGE = f"{IMAGE_REPOSITORY}:{__version__}-gpu"
 
 DEFAULT_CONFIG = CONFIG_DIR / "pipeline.yaml"
+
+
+class GPUMemoryWarning(UserWarning):
+    """A GPU task's estimated memory (sparring.gpu_memory) exceeds its card."""
 
 
 class _Strict(BaseModel):
@@ -180,6 +186,8 @@ class PipelineConfig(Deployment, Recipe):
                 "train_gpus and eval_gpus are 0), so every task would run on the CPU image: set "
                 "device: auto (or cpu), or request GPUs for the steps that need them"
             )
+        for line in fit_warnings(self):
+            warnings.warn(line, GPUMemoryWarning, stacklevel=2)
         return self
 
     @property
