@@ -6,8 +6,10 @@
 `run_loop` calls the stage functions of `sparring.loop.tasks` in order, in this process; the
 KFP graph (pipelines/selfplay.py) unrolls the same `plan` into one task per stage call, so the
 two play the same games and reach the same evaluation seed for seed
-(tests/pipeline/test_pipeline_e2e.py::test_in_process_loop_plays_the_same_games_as_the_kfp_pipeline). Storage and tracking are the config's: S3 or a local folder
-(`storage.root`), MLflow or nothing (`tracking.enabled: false`, what the benches use).
+(tests/pipeline/test_pipeline_e2e.py::test_in_process_loop_plays_the_same_games_as_the_kfp_pipeline).
+Of the deployment it reads only its ports, storage and tracking: S3 or a local folder
+(`storage.root`), MLflow or nothing (`tracking.enabled: false`, what the benches use). Every
+stage runs on the recipe's `device`; the KFP graph alone moves GPU-less steps to the CPU.
 
 Steps (the numbers repeat in the body):
   0. start: store the config, open the MLflow parent run (when tracking is on)
@@ -89,14 +91,14 @@ def _iterate(
     """Steps 1-4: game-init, the initial model, its evaluation, the iterations."""
     # 1. game-init
     log("game-init")
-    inits = tasks.game_init(cfg.for_step("game-init"), work / "inits", run_name)
+    inits = tasks.game_init(cfg, work / "inits", run_name)
     train_inits, val_inits = str(inits["train"]), str(inits["val"])
     # 2. the initial model, warm-started
     log(f"initial-model {cfg.model}")
     model = tasks.initial_model(cfg, work / "initial")
     if cfg.warm_start:
         log("warm-start")
-        tasks.warm_start(cfg.for_step("warm-start"), str(model), train_inits, work / "warm")
+        tasks.warm_start(cfg, str(model), train_inits, work / "warm")
         model = work / "warm"
     reference, schedule = model, None
     # 3. the start, evaluated
@@ -147,17 +149,16 @@ def _play_and_train(
     if cfg.train_backend == "verl":
         from sparring.loop.verl_task import train_verl
 
-        vcfg = cfg.for_step("train-verl")
         return train_verl(
-            vcfg, str(model), train_inits, val_inits, i, step.games, trained, out / "verl", run_name
+            cfg, str(model), train_inits, val_inits, i, step.games, trained, out / "verl", run_name
         )
     rollout = tasks.rollout(
-        cfg.for_step("rollout"), str(model), train_inits, i, step.games, out / "rollout", run_name,
+        cfg, str(model), train_inits, i, step.games, out / "rollout", run_name,
         schedule,
     )  # fmt: skip
     samples = str(out / "rollout" / "samples.parquet")
     trained_metrics = tasks.train(
-        cfg.for_step("train"), str(model), samples, trained, str(reference), parent or None, i
+        cfg, str(model), samples, trained, str(reference), parent or None, i
     )
     return rollout | trained_metrics
 
@@ -174,7 +175,7 @@ def _evaluate(
     """4b. Evaluate `model` on the val states (against `previous` where a mode needs it)."""
     out = work / str(iteration) / "eval"
     metrics, _ = tasks.evaluate(
-        cfg.for_step("evaluate"),
+        cfg,
         str(model),
         str(previous) if previous else None,
         val_inits,
