@@ -1,16 +1,17 @@
-"""Evaluate a checkpoint on held-out games in three modes, per role.
+"""Evaluate a checkpoint on held-out games, per mode and role.
 
     sparring evaluate --model runs/iter-2/model --inits runs/inits/val.parquet \\
         --previous runs/iter-1/model --out runs/iter-2/eval
 
-Modes (each a batched rollout of the val states):
+Modes:
     selfplay      the model in every seat
-    vs_previous   the model against another checkpoint, once in each seat (seats swapped)
-    vs_scripted   the model against the game's scripted baseline, once in each seat (or the
-                  game's own `Game.scripted_eval`, e.g. every bot in every seat)
-For every mode and role the model played: mean normalized reward with its standard error,
-agreement rate, invalid rate (turns with an invalid action / turns attempted), mean turns
-and mean words.
+    vs_previous   the model against another checkpoint, once in each seat
+    vs_scripted   the model against the game's scripted baseline, once in each seat
+A game declares the seatings (`Lineup`s) of each mode (`Game.eval_lineups`), and may add modes
+(Diplomacy plays every bot as `vs_<bot>`); every val state is played once per lineup, all in
+ONE batched rollout. For every mode and role the model played: `sparring.rollout.play_metrics`
+(mean normalized reward with its standard error, invalid rate, mean turns and words, games, and
+the game's own, e.g. matching's agreement rate).
 Metric names: `eval/<mode>/<role>/<metric>` plus `eval/<mode>/all/normalized_reward`.
 Writes metrics.json, rewards.png (per mode and role, with error bars) and the game's own
 report files (`Game.write_report`).
@@ -25,9 +26,27 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sparring.games import GameSpec
-from sparring.games.base import LEARNER
+from sparring.games.base import LEARNER, PREVIOUS, Lineup
 from sparring.generation.base import SamplingParams
-from sparring.rollout import Episode, Policy, RolloutConfig, load_inits, play
+from sparring.metrics import (
+    ALL_ROLES,
+    EVAL,
+    VS_PREVIOUS,
+    eval_name,
+    metric_name,
+    prefixed,
+    split_eval,
+)
+from sparring.rollout import (
+    Episode,
+    Policy,
+    RolloutConfig,
+    by_role,
+    learner_plays,
+    load_inits,
+    play,
+    play_metrics,
+)
 
 MODES = ("selfplay", "vs_previous", "vs_scripted")
 
@@ -75,21 +94,10 @@ class EvalConfig(BaseModel):
         return self.rollout.model_copy(update={"games_per_init": 1, "seats": seats})
 
 
-def seat_metrics(episodes: list[Episode], seat: int) -> dict[str, float]:
-    """Metrics of the policy that sat in `seat` across `episodes`."""
-    rewards = np.array([e.rewards[seat] for e in episodes])
-    attempts = sum(sum(1 for t in e.transcript if t["seat"] == seat) for e in episodes)
-    return {
-        "normalized_reward": float(rewards.mean()),
-        "normalized_reward_se": float(rewards.std(ddof=1) / np.sqrt(len(rewards)))
-        if len(rewards) > 1
-        else 0.0,
-        "agreement_rate": float(np.mean([bool(e.outcome.get("agreed")) for e in episodes])),
-        "invalid_rate": sum(e.invalid_actions[seat] for e in episodes) / max(attempts, 1),
-        "turns": float(np.mean([e.num_turns for e in episodes])),
-        "words": float(np.mean([e.words[seat] for e in episodes])),
-        "games": float(len(episodes)),
-    }
+def lineups(cfg: EvalConfig, previous: bool) -> list[Lineup]:
+    """Every seating `cfg.modes` plays (`vs_previous` only given a `previous` checkpoint)."""
+    modes = [m for m in cfg.modes if previous or m != VS_PREVIOUS]
+    return [x for m in modes for x in cfg.game.cls.eval_lineups(m, cfg.opponent)]
 
 
 def evaluate(
@@ -99,46 +107,39 @@ def evaluate(
     previous: Policy | None = None,
     progress: bool = True,
 ) -> tuple[dict[str, float], dict[str, list[Episode]]]:
-    """Play every mode; return (flat metrics, episodes per mode) for the model's seats."""
+    """Play every lineup of every mode on every val state in one batched rollout; return
+    (flat metrics, episodes per mode). Game ids are `<init>/<mode>/<opponent>/<seat>#0`."""
     inits = load_inits(inits_path, cfg.num_games)
-    metrics: dict[str, float] = {}
+    game, roles = cfg.game.cls, cfg.game.cls.roles
+    plan = lineups(cfg, previous is not None)
+    policies: dict[str, Policy] = {LEARNER: policy}
+    if previous is not None:
+        policies[PREVIOUS] = previous
+    for agent in {p for x in plan for p in x.seats} - set(policies):
+        policies[agent] = cfg.game.make_agent(agent)
+    games = [(x, init_id, state) for x in plan for init_id, state in inits]
+    runs = [(f"{i}/{x.mode}/{_label(x.seats, roles)}", st) for x, i, st in games]
+    seats = [list(x.seats) for x, *_ in games]
+    played = play(runs, policies, cfg.mode_rollout(None), progress, seat_plan=seats).episodes
     episodes: dict[str, list[Episode]] = {}
-    for mode in cfg.modes:
-        if mode == "vs_previous" and previous is None:
-            continue
-        if mode == "vs_scripted":
-            custom = cfg.game.cls.scripted_eval(policy, inits, cfg, progress)
-            if custom is not None:
-                metrics |= custom[0]
-                episodes[mode] = custom[1]
-                continue
-        other_name = {"selfplay": LEARNER, "vs_previous": "previous", "vs_scripted": cfg.opponent}[
-            mode
-        ]
-        policies: dict[str, Policy] = {LEARNER: policy}
-        if mode == "vs_previous":
-            policies["previous"] = previous
-        elif mode == "vs_scripted":
-            policies[other_name] = cfg.game.make_agent(other_name)
-        mode_eps: list[Episode] = []
-        all_rewards: list[float] = []
-        # selfplay: one run, every seat is the model; otherwise one run per model seat.
-        num_seats = len(cfg.game.cls.roles)
-        for focal in [None] if mode == "selfplay" else range(num_seats):
-            seats = None
-            if focal is not None:
-                seats = [other_name] * num_seats
-                seats[focal] = LEARNER
-            eps = play(inits, policies, cfg.mode_rollout(seats), progress=progress).episodes
-            mode_eps += eps
-            for seat in range(len(eps[0].roles)) if focal is None else [focal]:
-                role = eps[0].roles[seat]
-                for name, value in seat_metrics(eps, seat).items():
-                    metrics[f"eval/{mode}/{role}/{name}"] = value
-                all_rewards += [e.rewards[seat] for e in eps]
-        metrics[f"eval/{mode}/all/normalized_reward"] = float(np.mean(all_rewards))
-        episodes[mode] = mode_eps
+    for (lineup, *_), ep in zip(games, played, strict=True):
+        episodes.setdefault(lineup.mode, []).append(ep)
+    metrics: dict[str, float] = {}
+    for mode, eps in episodes.items():
+        plays = learner_plays(eps)
+        for role, role_plays in by_role(plays).items():
+            metrics |= prefixed(metric_name(EVAL, mode, role), play_metrics(game, role_plays))
+        rewards = [e.rewards[s] for e, s in plays]
+        metrics[eval_name(mode, ALL_ROLES, "normalized_reward")] = float(np.mean(rewards))
     return metrics, episodes
+
+
+def _label(seats: tuple[str, ...], roles: tuple[str, ...]) -> str:
+    """`<opponent>/<the learner's role>` of a lineup (`policy/all` in self-play)."""
+    mine = [r for r, p in zip(roles, seats, strict=True) if p == LEARNER]
+    others = sorted({p for p in seats if p != LEARNER})
+    where = ALL_ROLES if len(mine) == len(roles) else "+".join(mine)
+    return f"{'+'.join(others) or LEARNER}/{where}"
 
 
 def plot_rewards(metrics: dict[str, float], path: str | Path, title: str = "eval") -> Path:
@@ -148,8 +149,12 @@ def plot_rewards(metrics: dict[str, float], path: str | Path, title: str = "eval
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    keys = sorted(k for k in metrics if k.endswith("/normalized_reward") and "/all/" not in k)
-    labels = [k.split("/")[1] + "\n" + k.split("/")[2] for k in keys]
+    keys = sorted(
+        k
+        for k in metrics
+        if (p := split_eval(k)) and p[2] == "normalized_reward" and p[1] != ALL_ROLES
+    )
+    labels = ["\n".join(split_eval(k)[:2]) for k in keys]
     values = [metrics[k] for k in keys]
     errors = [metrics.get(k + "_se", 0.0) for k in keys]
     fig, ax = plt.subplots(figsize=(max(4, 1.3 * len(keys)), 3.5))

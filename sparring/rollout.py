@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from pydantic import BaseModel, Field, model_validator
 from tqdm.auto import tqdm
@@ -29,6 +30,7 @@ from sparring.games import Agent, Game, GameSpec, game_class
 from sparring.games.base import LEARNER
 from sparring.generation.base import GenerationBackend, SamplingParams, session_seed
 from sparring.generation.factory import BackendConfig, make_backend
+from sparring.metrics import PERF, ROLLOUT, metric_name, prefixed
 from sparring.samples import TokenTrace, sample_row, write_samples
 
 Policy = GenerationBackend | Agent
@@ -319,29 +321,69 @@ def write_outputs(result: RolloutResult, out_dir: str | Path) -> dict[str, Path]
 
 def rollout_stats(result: RolloutResult, learner: str = LEARNER) -> dict[str, float]:
     """The `rollout/*` and `perf/*` metrics of one rollout. Reward, invalid rate and the
-    game's own `episode_metrics` cover the seats `learner` played (all seats in self-play)."""
-    eps = result.episodes
+    game's own `episode_metrics` cover the seats `learner` played (all seats in self-play);
+    a game with a `role_breakdown` also gets every `play_metrics` per role."""
+    eps, secs = result.episodes, max(result.seconds, 1e-9)
     n = max(len(eps), 1)
-    seats = [(e, s) for e in eps for s, p in enumerate(e.seat_policies) if p == learner]
-    rewards = [e.rewards[s] for e, s in seats]
-    attempts = sum(1 for e, s in seats for t in e.transcript if t["seat"] == s)
-    extra = {}
-    if eps:
-        episodes = [asdict(e) for e in eps]
-        extra = game_class(eps[0].game_name).episode_metrics(episodes, learner)
-    return {f"rollout/{k}": v for k, v in extra.items()} | {
-        "rollout/games": len(eps),
-        "rollout/normalized_reward": sum(rewards) / max(len(rewards), 1),
-        "rollout/agreement_rate": sum(bool(e.outcome.get("agreed")) for e in eps) / n,
-        "rollout/turns": sum(e.num_turns for e in eps) / n,
-        "rollout/invalid_rate": sum(e.invalid_actions[s] for e, s in seats) / max(attempts, 1),
-        "rollout/truncated": sum(e.truncated for e in eps) / n,
-        "perf/rollout_seconds": result.seconds,
-        "perf/games_per_second": len(eps) / max(result.seconds, 1e-9),
-        "perf/generated_tokens": result.generated_tokens,
-        "perf/rollout_tokens_per_second": result.generated_tokens / max(result.seconds, 1e-9),
-        "perf/generate_calls": result.generate_calls,
+    plays = learner_plays(eps, learner)
+    attempts = sum(1 for e, s in plays for t in e.transcript if t["seat"] == s)
+    own: dict[str, float] = {}  # the game's metrics
+    if plays:
+        game = game_class(eps[0].game_name)
+        own = game.episode_metrics([(vars(e), s) for e, s in plays])
+        if game.role_breakdown:
+            for role, role_plays in by_role(plays).items():
+                prefix = metric_name(game.role_breakdown, role)
+                own |= prefixed(prefix, play_metrics(game, role_plays))
+    generic = {
+        "games": len(eps),
+        "normalized_reward": sum(e.rewards[s] for e, s in plays) / max(len(plays), 1),
+        "turns": sum(e.num_turns for e in eps) / n,
+        "invalid_rate": sum(e.invalid_actions[s] for e, s in plays) / max(attempts, 1),
+        "truncated": sum(e.truncated for e in eps) / n,
     }
+    perf = {
+        "rollout_seconds": result.seconds,
+        "games_per_second": len(eps) / secs,
+        "generated_tokens": result.generated_tokens,
+        "rollout_tokens_per_second": result.generated_tokens / secs,
+        "generate_calls": result.generate_calls,
+    }
+    return prefixed(ROLLOUT, own | generic) | prefixed(PERF, perf)
+
+
+SeatPlay = tuple[Episode, int]
+"""One seat of one finished game: the episode and the seat index."""
+
+
+def learner_plays(episodes: list[Episode], learner: str = LEARNER) -> list[SeatPlay]:
+    """Every (episode, seat) that `learner` played, in play order."""
+    return [(e, s) for e in episodes for s, p in enumerate(e.seat_policies) if p == learner]
+
+
+def by_role(plays: list[SeatPlay]) -> dict[str, list[SeatPlay]]:
+    """`plays` split by the role of their seat, roles in order of first appearance."""
+    roles: dict[str, list[SeatPlay]] = {}
+    for e, s in plays:
+        roles.setdefault(e.roles[s], []).append((e, s))
+    return roles
+
+
+def play_metrics(game: type[Game], plays: list[SeatPlay]) -> dict[str, float]:
+    """Metrics of some plays (at least one), named without a prefix: mean normalized reward
+    and its standard error, invalid rate (turns with an invalid action / turns attempted),
+    mean turns and words, games; then the game's own (`Game.episode_metrics`)."""
+    rewards = np.array([e.rewards[s] for e, s in plays])
+    attempts = sum(1 for e, s in plays for t in e.transcript if t["seat"] == s)
+    se = rewards.std(ddof=1) / np.sqrt(len(rewards)) if len(rewards) > 1 else 0.0
+    return {
+        "normalized_reward": float(rewards.mean()),
+        "normalized_reward_se": float(se),
+        "invalid_rate": sum(e.invalid_actions[s] for e, s in plays) / max(attempts, 1),
+        "turns": float(np.mean([e.num_turns for e, _ in plays])),
+        "words": float(np.mean([e.words[s] for e, s in plays])),
+        "games": float(len(plays)),
+    } | game.episode_metrics([(vars(e), s) for e, s in plays])
 
 
 def build_policies(

@@ -14,7 +14,14 @@ from sparring.games import GameSpec
 from sparring.games.matching import MatchingGame
 from sparring.generation.base import SamplingParams
 from sparring.generation.hf import HFBackend
-from sparring.rollout import RolloutConfig, build_policies, load_inits, play, write_outputs
+from sparring.rollout import (
+    RolloutConfig,
+    build_policies,
+    load_inits,
+    play,
+    rollout_stats,
+    write_outputs,
+)
 
 GAME = {"k": 3, "max_turns": 4}
 
@@ -174,6 +181,14 @@ def test_outputs_on_disk(result, tmp_path):
     rm = df.reward_model.iloc[0]
     assert json.loads(rm["game_state"])["k"] == 3
     assert df.prompt.iloc[0][0]["role"] == "system"
+
+
+def test_stats_are_the_generic_metrics_and_the_games_own(result):
+    stats = rollout_stats(result)
+    agreed = [e.outcome["agreed"] for e in result.episodes]
+    assert stats["rollout/games"] == 8
+    assert stats["rollout/agreement_rate"] == sum(agreed) / 8  # matching's episode_metrics
+    assert all(k.count("/") == 1 for k in stats)  # matching declares no role breakdown
 
 
 def test_bad_seat_config_is_a_clear_error(inits, backend):

@@ -24,7 +24,9 @@ Rules for implementers (docs/adding-a-game.md walks through one):
 - `current_seat` may list several seats at once for simultaneous-move games (`pending_seats`).
 - Generic code learns everything game-specific through the class attributes and hooks below:
   `agents` (scripted agents by name), `default_opponent`, `extra_group_keys`,
-  `group_keys(seat)`, `episode_metrics`, `scripted_eval` and `write_report`.
+  `group_keys(seat)`, `turn_budget(params)`, `episode_metrics(plays)`, `role_breakdown`,
+  `eval_lineups(mode, opponent)` and `write_report`. It never reads a key of `outcome()` or
+  of the rule parameters (tests/games/test_seam.py).
 """
 
 from __future__ import annotations
@@ -35,9 +37,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from sparring.metrics import SELFPLAY, VS_PREVIOUS
+
 LEARNER = "policy"
 """The seat name of the policy being trained: rollouts, evaluation and the trainer's row filter
 all call it this; scripted opponents and earlier checkpoints have their own names."""
+PREVIOUS = "previous"
+"""The seat name of the checkpoint the learner is compared with in evaluation's `vs_previous`."""
+
+Play = tuple[dict[str, Any], int]
+"""One seat of one finished game: the episode (a games.jsonl dict) and the seat index."""
+
+
+@dataclass(frozen=True)
+class Lineup:
+    """One seating that evaluation plays on every val state."""
+
+    mode: str
+    """The eval mode its games count for: metrics `eval/<mode>/<role>/*`."""
+    seats: tuple[str, ...]
+    """A policy per seat: `LEARNER`, `PREVIOUS` or one of the game's scripted agents."""
 
 
 @dataclass
@@ -97,6 +116,9 @@ class Game(ABC):
     """GRPO group keys this game adds to the generic ones (the keys of `group_keys(seat)`)."""
     group_key_aliases: ClassVar[dict[str, str]] = {}
     """Deprecated group-key name -> its current name."""
+    role_breakdown: ClassVar[str | None] = None
+    """If set, rollout also logs the learner's metrics per role, as
+    `rollout/<role_breakdown>/<role>/<metric>`."""
 
     @abstractmethod
     def generate_state(self, seed: int) -> dict[str, Any]:
@@ -172,7 +194,7 @@ class Game(ABC):
         return sum(1 for t in self.transcript if t.ok or t.forfeited)
 
     def outcome(self) -> dict[str, Any]:
-        """Game-specific summary for games.jsonl; `agreed` (bool) feeds `agreement_rate`."""
+        """Game-specific summary for games.jsonl (read only by this game's own hooks)."""
         return {}
 
     def _tell(self, seat: int, text: str) -> None:
@@ -195,16 +217,30 @@ class Game(ABC):
         return getattr(importlib.import_module(module), attr)(**params)
 
     @classmethod
-    def episode_metrics(cls, episodes: list[dict[str, Any]], policy: str) -> dict[str, float]:
-        """Extra per-game metrics of the seats `policy` played (games.jsonl dicts), named
-        without a prefix (rollout adds `rollout/`)."""
+    @abstractmethod
+    def turn_budget(cls, params: dict[str, Any]) -> int:
+        """The most turns (`num_turns`) one game with these rule parameters can take."""
+
+    @classmethod
+    def episode_metrics(cls, plays: list[Play]) -> dict[str, float]:
+        """This game's own metrics of some plays, named without a prefix: rollout logs them
+        over all the learner's plays (`rollout/<name>`), evaluation over one role's plays at a
+        time (`eval/<mode>/<role>/<name>`)."""
         return {}
 
     @classmethod
-    def scripted_eval(cls, policy: Any, inits: list, cfg: Any, progress: bool) -> Any:
-        """A game-specific `vs_scripted` evaluation, returning (metrics, episodes), or None
-        to use the generic one (the policy in each seat against `default_opponent`)."""
-        return None
+    def eval_lineups(cls, mode: str, opponent: str | None) -> list[Lineup]:
+        """The seatings evaluation `mode` plays: self-play is the learner in every seat; the
+        other modes seat it in each seat in turn, against `PREVIOUS` or the scripted
+        `opponent` in all the others."""
+        n = len(cls.roles)
+        if mode == SELFPLAY:
+            return [Lineup(mode, (LEARNER,) * n)]
+        other = PREVIOUS if mode == VS_PREVIOUS else opponent
+        return [
+            Lineup(mode, tuple(LEARNER if s == seat else other for s in range(n)))
+            for seat in range(n)
+        ]
 
     @classmethod
     def write_report(cls, metrics: dict[str, float], out_dir: Path) -> dict[str, Path]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from sparring.loop.config import PipelineConfig
+from sparring.metrics import ROLLOUT, metric_name, split_eval
 
 
 def eval_report(
@@ -21,7 +22,7 @@ def eval_report(
     rows = "".join(
         f"<tr><td>{html.escape(k)}</td><td>{v:.3f}</td></tr>"
         for k, v in sorted(metrics.items())
-        if k.endswith("normalized_reward")
+        if (parts := split_eval(k)) and parts[2] == "normalized_reward"
     )
     games = []
     for mode, eps in json.loads(transcripts.read_text()).items():
@@ -74,7 +75,7 @@ def summary_rows(cfg: PipelineConfig, parent_run_id: str, client: Any) -> list[d
         rows.append(
             {
                 "iteration": int(child.data.tags[ITERATION_TAG]),
-                "rollout": m.get("rollout/normalized_reward", float("nan")),
+                "rollout": m.get(metric_name(ROLLOUT, "normalized_reward"), float("nan")),
                 "score": m.get(cfg.champion_metric, float("nan")),
                 "version": version.version if version else "-",
                 "checkpoint": version.tags.get(CHECKPOINT_TAG, version.source) if version else "-",

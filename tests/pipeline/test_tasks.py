@@ -154,7 +154,7 @@ def test_diplomacy_runs_through_every_pipeline_step(tiny_model_dir, tmp_path):
     inits = tasks.game_init(cfg, tmp_path / "inits", "r")
     stats = tasks.rollout(cfg, str(tiny_model_dir), str(inits["train"]), 0, 4, tmp_path / "ro", "r")
     assert stats["rollout/games"] == 4
-    assert stats["rollout/country/FRANCE/episodes"] == 4  # self-play: every country, every game
+    assert stats["rollout/country/FRANCE/games"] == 4  # self-play: every country, every game
     metrics = tasks.train(
         cfg, str(tiny_model_dir), str(tmp_path / "ro/samples.parquet"), tmp_path / "m1"
     )
@@ -164,7 +164,7 @@ def test_diplomacy_runs_through_every_pipeline_step(tiny_model_dir, tmp_path):
     ev, report = tasks.evaluate(
         cfg, str(tmp_path / "m1"), str(tiny_model_dir), str(inits["val"]), tmp_path / "ev", "r", 0
     )
-    assert {"eval/vs_greedy/TURKEY/reward_mean", cfg.champion_metric} <= set(ev)
+    assert {"eval/vs_hold/TURKEY/normalized_reward", cfg.champion_metric} <= set(ev)
     parent = PipelineRun.start(cfg.tracking, "r").run_id
     done = tasks.register(cfg, parent, "r", 0, str(tmp_path / "m1"), stats | metrics | ev)
     assert done.version == "1" and storage.verify(done.checkpoint_uri, deep=True)

@@ -6,8 +6,8 @@ orders     parsing a power's text into orders and press
 observation the board and each power's options, as text
 game       the adapter: press and order rounds, retreats, rewards
 bots       scripted bots (hold, random-legal, greedy)
-metrics    per-country episode metrics (seed 001)
-report     evaluation against every bot in every country, its table and heatmap
+metrics    per-power metrics of plays (seed 001), per country in rollout and evaluation
+report     the evaluation's country table and heatmap (modes include every bot)
 """
 
 from sparring.games.diplomacy.board import ROLES

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from sparring.games.diplomacy.game import DiplomacyGame
 
+BOTS = ("hold", "random-legal", "greedy")
+"""The bots, weakest first (evaluation's `vs_scripted` plays each; `DiplomacyGame.agents`)."""
 Engine = Any  # a diplomacy.Game (sparring.games.diplomacy.board imports the engine)
 FAR = 10**6  # distance of an unreachable target
 _DISTANCES: dict[tuple[str, str], dict[str, dict[str, int]]] = {}  # (map, unit type) -> table

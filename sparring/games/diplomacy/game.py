@@ -37,11 +37,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from sparring.games.base import Game, GameStats, StepResult, TurnRecord
+from sparring.games.base import Game, GameStats, Lineup, Play, StepResult, TurnRecord
 from sparring.games.diplomacy.board import ROLES, WIN_CENTERS, Engine, Message
+from sparring.games.diplomacy.bots import BOTS
 from sparring.games.diplomacy.observation import adjust_prompt, board_view, power_view
 from sparring.games.diplomacy.orders import parse_orders, parse_press
 from sparring.games.diplomacy.scenarios import generate_state, set_auto_orders
+from sparring.metrics import VS_SCRIPTED
 
 
 # ---- reward ------------------------------------------------------------------------------------
@@ -148,6 +150,7 @@ class DiplomacyGame(Game):
     default_opponent = "greedy"
     extra_group_keys = ("country", "country_stage")
     group_key_aliases = {"country_phase": "country_stage"}
+    role_breakdown = "country"
 
     def __init__(self, **params: Any) -> None:
         self.cfg = DiplomacyConfig(**params)
@@ -431,26 +434,39 @@ class DiplomacyGame(Game):
     def _role(seat: int) -> str:
         return ROLES[seat]
 
-    # ---- hooks: per-country metrics, the vs-every-bot evaluation and its report ----------------
+    # ---- hooks: turn budget, per-power metrics, every bot in evaluation, the country report ----
     @classmethod
-    def episode_metrics(cls, episodes: list[dict[str, Any]], policy: str) -> dict[str, float]:
-        from sparring.games.diplomacy.metrics import country_metrics
-
-        return country_metrics(episodes, policy)
+    def turn_budget(cls, params: dict[str, Any]) -> int:
+        """Seven powers' turns in every round of every phase: per year two movement phases
+        (press rounds and orders) and, with `retreats: policy`, up to three adjustments."""
+        c = DiplomacyConfig(**params)
+        press = c.press_rounds if c.press else 0
+        rounds = 2 * (press + 1) + (3 if c.retreats == "policy" else 0)
+        return len(ROLES) * c.horizon * rounds
 
     @classmethod
-    def scripted_eval(cls, policy: Any, inits: list, cfg: Any, progress: bool) -> Any:
-        from sparring.games.diplomacy.report import vs_bots
+    def episode_metrics(cls, plays: list[Play]) -> dict[str, float]:
+        from sparring.games.diplomacy.metrics import power_metrics
 
-        return vs_bots(policy, inits, cfg, progress)
+        return power_metrics(plays)
+
+    @classmethod
+    def eval_lineups(cls, mode: str, opponent: str | None) -> list[Lineup]:
+        """`vs_scripted` also plays each other bot of `BOTS` as its own mode `vs_<bot>`: the
+        learner in each country in turn, that bot in the other six."""
+        lineups = super().eval_lineups
+        if mode != VS_SCRIPTED:
+            return lineups(mode, opponent)
+        others = [
+            Lineup(f"vs_{b}", x.seats) for b in BOTS if b != opponent for x in lineups(mode, b)
+        ]
+        return lineups(mode, opponent) + others
 
     @classmethod
     def write_report(cls, metrics: dict[str, float], out_dir: Path) -> dict[str, Path]:
-        from sparring.games.diplomacy.report import write_country_report
+        from sparring.games.diplomacy.report import country_grid, write_country_report
 
-        if not any(k.endswith("/all/reward_mean") for k in metrics):  # no vs-bots eval ran
-            return {}
-        return write_country_report(metrics, out_dir)
+        return write_country_report(metrics, out_dir) if country_grid(metrics) else {}
 
 
 def _reasons(invalid: list[str]) -> str:

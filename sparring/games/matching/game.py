@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from sparring.games.base import Game, GameStats, StepResult, TurnRecord
+from sparring.games.base import Game, GameStats, Play, StepResult, TurnRecord
 from sparring.games.matching.parse import parse_action
 from sparring.games.matching.prompt import system_prompt
 from sparring.games.matching.table import generate_state
@@ -104,6 +104,16 @@ class MatchingGame(Game):
         self.k, self.max_turns, self.max_retries = cfg.k, cfg.max_turns, cfg.max_retries
         self.invalid_penalty = cfg.invalid_penalty
         self.state: dict[str, Any] | None = None
+
+    @classmethod
+    def turn_budget(cls, params: dict[str, Any]) -> int:
+        """`max_turns`."""
+        return MatchingConfig(**params).max_turns
+
+    @classmethod
+    def episode_metrics(cls, plays: list[Play]) -> dict[str, float]:
+        """`agreement_rate`: the share of plays whose game ended in an accepted proposal."""
+        return {"agreement_rate": sum(bool(e["outcome"]["agreed"]) for e, _ in plays) / len(plays)}
 
     def generate_state(self, seed: int) -> dict[str, Any]:
         c = self.cfg

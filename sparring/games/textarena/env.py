@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 import textarena as ta
 
-from sparring.games.base import Game, GameStats, StepResult, TurnRecord
+from sparring.games.base import Game, GameStats, Play, StepResult, TurnRecord
 
 ROLES = ("player_0", "player_1")
 
@@ -194,12 +194,11 @@ class TextArenaGame(Game):
         raise NotImplementedError
 
     @classmethod
-    def episode_metrics(cls, episodes: list[dict[str, Any]], policy: str) -> dict[str, float]:
-        """Win, draw and forfeit rates of the seats `policy` played."""
-        seats = [(e, s) for e in episodes for s, p in enumerate(e["seat_policies"]) if p == policy]
-        n = max(len(seats), 1)
+    def episode_metrics(cls, plays: list[Play]) -> dict[str, float]:
+        """Win, draw and forfeit rates of the plays' seats."""
+        n = len(plays)
         return {
-            "win_rate": sum(e["outcome"]["winner"] == s for e, s in seats) / n,
-            "draw_rate": sum(bool(e["outcome"]["draw"]) for e, _ in seats) / n,
-            "forfeit_rate": sum(e["outcome"]["forfeit"] == s for e, s in seats) / n,
+            "win_rate": sum(e["outcome"]["winner"] == s for e, s in plays) / n,
+            "draw_rate": sum(bool(e["outcome"]["draw"]) for e, _ in plays) / n,
+            "forfeit_rate": sum(e["outcome"]["forfeit"] == s for e, s in plays) / n,
         }

@@ -17,6 +17,7 @@ from typing import Any
 
 import textarena as ta
 
+from sparring.games.base import Play
 from sparring.games.textarena.env import TextArenaGame
 from sparring.games.textarena.kuhn import FixedKuhnPokerEnv
 
@@ -43,6 +44,11 @@ class KuhnPoker(TextArenaGame):
         if max_rounds < 1:
             raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
         super().__init__(max_retries, max_rounds=max_rounds)
+
+    @classmethod
+    def turn_budget(cls, params: dict[str, Any]) -> int:
+        """Three moves per hand at most (check, bet, call)."""
+        return 3 * cls(**params).env_params["max_rounds"]
 
     def _new_env(self) -> ta.Env:
         return FixedKuhnPokerEnv(**self.env_params)
@@ -71,6 +77,11 @@ class TicTacToe(TextArenaGame):
 
     def __init__(self, max_retries: int = 1) -> None:
         super().__init__(max_retries)
+
+    @classmethod
+    def turn_budget(cls, params: dict[str, Any]) -> int:
+        """Nine cells."""
+        return 9
 
     @staticmethod
     def mark(seat: int) -> str:
@@ -101,6 +112,18 @@ class SimpleNegotiation(TextArenaGame):
         if max_turns < 2:
             raise ValueError(f"max_turns must be >= 2, got {max_turns}")
         super().__init__(max_retries, max_turns=max_turns)
+
+    @classmethod
+    def turn_budget(cls, params: dict[str, Any]) -> int:
+        """`max_turns` + 1: TextArena checks the limit before it counts the move."""
+        return cls(**params).env_params["max_turns"] + 1
+
+    @classmethod
+    def episode_metrics(cls, plays: list[Play]) -> dict[str, float]:
+        """The win, draw and forfeit rates, and `agreement_rate`: the share of plays whose game
+        traded at least once."""
+        agreed = sum(bool(e["outcome"]["agreed"]) for e, _ in plays) / len(plays)
+        return super().episode_metrics(plays) | {"agreement_rate": agreed}
 
     def resources(self, seat: int) -> dict[str, int]:
         return dict(self.game_state["player_resources"][seat])

@@ -191,6 +191,7 @@ def test_full_episode_with_scripted_bots_and_press():
         assert all(a["role"] != b["role"] for a, b in zip(chat[1:], chat[2:], strict=False))
     assert game.pending_seats == []
     assert steps > 0 and game.num_turns == steps
+    assert steps == DiplomacyGame.turn_budget({"horizon": 2})  # 7 powers x 2 years x 2 x 3 rounds
     assert sum(game.outcome()["centers"].values()) <= 34
     heard = "\n".join(m["content"] for m in game.messages(ENGLAND))
     assert "FRANCE: let us split the channel" in heard
@@ -361,11 +362,23 @@ def test_fuzzed_text_never_crashes(texts):
     assert len(game.rewards) == 7
 
 
-def test_country_metrics_from_played_episodes():
+def test_vs_scripted_plays_every_bot_in_every_country():
+    from sparring.games.base import LEARNER
+
+    lineups = DiplomacyGame.eval_lineups("vs_scripted", "greedy")
+    modes = {"vs_scripted": "greedy", "vs_hold": "hold", "vs_random-legal": "random-legal"}
+    assert sorted(x.mode for x in lineups) == sorted(list(modes) * 7)
+    for x in lineups:
+        assert sorted(x.seats) == sorted([LEARNER] + [modes[x.mode]] * 6)
+    assert {x.seats.index(LEARNER) for x in lineups if x.mode == "vs_hold"} == set(range(7))
+    assert len(DiplomacyGame.eval_lineups("selfplay", "greedy")) == 1
+
+
+def test_power_metrics_per_country_in_the_rollout_stats():
     from dataclasses import asdict
 
-    from sparring.games.diplomacy.metrics import country_metrics
-    from sparring.rollout import RolloutConfig, play
+    from sparring.games.diplomacy.metrics import power_metrics
+    from sparring.rollout import RolloutConfig, play, rollout_stats
 
     names = ["greedy", "random-legal", "hold", "greedy", "random-legal", "greedy", "hold"]
     cfg = RolloutConfig(
@@ -375,12 +388,18 @@ def test_country_metrics_from_played_episodes():
     inits = [(f"i{s}", game.generate_state(s)) for s in range(2)]
     result = play(inits, {n: make_agent(n) for n in set(names)}, cfg, progress=False)
     episodes = [json.loads(json.dumps(asdict(ep))) for ep in result.episodes]
-    metrics = country_metrics(episodes, policy="greedy")
-    assert {k.split("/")[1] for k in metrics} == {"AUSTRIA", "GERMANY", "RUSSIA"}
-    rewards = [ep["rewards"][0] for ep in episodes]
-    assert metrics["country/AUSTRIA/episodes"] == 4
-    assert metrics["country/AUSTRIA/reward_mean"] == pytest.approx(sum(rewards) / 4)
-    assert metrics["country/AUSTRIA/centers"] == pytest.approx(18 * sum(rewards) / 4)
-    assert metrics["country/AUSTRIA/moves"] == 2
-    assert metrics["country/AUSTRIA/invalid_order_rate"] == 0
-    assert len(country_metrics(episodes)) == 7 * 9
+    rewards = [ep["rewards"][0] for ep in episodes]  # AUSTRIA, played by greedy
+    metrics = power_metrics([(ep, 0) for ep in episodes])
+    assert metrics["centers"] == pytest.approx(18 * sum(rewards) / 4)  # reward = centers / 18
+    assert metrics["moves"] == 2 and metrics["invalid_order_rate"] == 0
+    assert metrics["survival_rate"] + metrics["elimination_rate"] == 1
+    # the rollout splits the learner's plays by country (`role_breakdown`)
+    stats = rollout_stats(result, learner="greedy")
+    assert {k.split("/")[2] for k in stats if k.startswith("rollout/country/")} == {
+        "AUSTRIA",
+        "GERMANY",
+        "RUSSIA",
+    }
+    assert stats["rollout/country/AUSTRIA/games"] == 4
+    assert stats["rollout/country/AUSTRIA/normalized_reward"] == pytest.approx(sum(rewards) / 4)
+    assert stats["rollout/country/AUSTRIA/centers"] == metrics["centers"]

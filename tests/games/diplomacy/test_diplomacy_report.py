@@ -13,7 +13,7 @@ pytest.importorskip("diplomacy")
 
 from sparring.cli import main  # noqa: E402
 from sparring.games.diplomacy import ROLES  # noqa: E402
-from sparring.games.diplomacy.report import BOTS, country_grid  # noqa: E402
+from sparring.games.diplomacy.report import country_grid  # noqa: E402
 
 PARAMS = ("--param", "horizon=1", "--param", "press=false")
 
@@ -75,17 +75,19 @@ def test_evaluate_against_every_bot_in_every_country(inits, tmp_path, tiny_model
     )
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     grid = country_grid(metrics)
-    assert list(grid) == list(BOTS) and all(set(row) == set(ROLES) for row in grid.values())
-    for bot in BOTS:
-        assert metrics[f"eval/vs_{bot}/FRANCE/episodes"] == 1.0
-        assert 0.0 <= metrics[f"eval/vs_{bot}/all/reward_mean"] <= 1.0
-    # the generic per-role keys, against the default opponent (greedy), are there too
-    assert (
-        metrics["eval/vs_scripted/all/normalized_reward"]
-        == metrics["eval/vs_greedy/all/reward_mean"]
-    )
-    assert {f"eval/vs_scripted/{r}/invalid_rate" for r in ROLES} <= set(metrics)
+    # vs_scripted is the default opponent (greedy); the other bots are modes of their own
+    assert list(grid) == ["vs_hold", "vs_random-legal", "vs_scripted", "selfplay"]
+    assert all(set(row) == set(ROLES) for row in grid.values())
+    for mode in ("vs_hold", "vs_random-legal", "vs_scripted"):
+        assert metrics[f"eval/{mode}/FRANCE/games"] == 1.0
+        assert 0.0 <= metrics[f"eval/{mode}/all/normalized_reward"] <= 1.0
+        assert {f"eval/{mode}/{r}/invalid_rate" for r in ROLES} <= set(metrics)
+        assert f"eval/{mode}/FRANCE/centers" in metrics  # the game's own per-power metrics
     assert "eval/selfplay/TURKEY/normalized_reward" in metrics
+    games = json.loads((tmp_path / "rewards.json").read_text())["vs_scripted"]
+    assert {g["game_id"].split("#")[0].split("/", 1)[1] for g in games} == {
+        f"vs_scripted/greedy/{r}" for r in ROLES
+    }
     table = (tmp_path / "country_table.md").read_text()
-    assert all(f"| {c} |" in table for c in ROLES) and "random-legal" in table
+    assert all(f"| {c} |" in table for c in ROLES) and "vs_random-legal" in table
     assert (tmp_path / "country_heatmap.png").read_bytes()[:4] == b"\x89PNG"

@@ -84,7 +84,7 @@ def test_learner_against_bots_and_a_checkpoint_via_the_seat_plan(inits, tiny_mod
     countries = {k.split("/")[2] for k in stats if k.startswith("rollout/country/")}
     assert countries == set(rewards)
     for country, values in rewards.items():
-        assert stats[f"rollout/country/{country}/episodes"] == len(values)
-        assert stats[f"rollout/country/{country}/reward_mean"] == pytest.approx(
+        assert stats[f"rollout/country/{country}/games"] == len(values)
+        assert stats[f"rollout/country/{country}/normalized_reward"] == pytest.approx(
             sum(values) / len(values)
         )

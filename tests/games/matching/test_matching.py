@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparring.games import make_game
+from sparring.games.matching import MatchingGame
 from sparring.games.matching.table import best_assignment, generate_state
 
 
@@ -139,6 +140,8 @@ def test_turn_cap_ends_with_zero_reward():
         assert not game.done
         game.step(t % 2, f"[message] turn {t}")
     assert game.done and game.rewards == [0.0, 0.0] and game.num_turns == 6
+    assert MatchingGame.turn_budget({"max_turns": 6}) == 6  # the time estimate's budget
+    assert MatchingGame.turn_budget({}) == MatchingGame.turn_budget({"preset": "dialop"}) == 30
 
 
 def test_the_last_line_opening_with_a_tag_is_the_action_and_reasoning_is_allowed():

@@ -129,13 +129,22 @@ def test_kuhn_bets_and_calls_reach_the_pot():
     assert game.rewards[winner] == 1.0 and game.rewards[1 - winner] == 0.0
 
 
-def test_rewards_are_win_draw_loss_in_unit_range():
+def test_rewards_are_win_draw_loss_in_unit_range_within_the_turn_budget():
     for name in TEXTARENA:
+        budget = game_class(name).turn_budget(TEXTARENA[name])
         for seed in range(5):
             game, results = play(name, seed, (f"{name}-scripted", f"{name}-random"))
             r = game.rewards
             assert sorted(r) in ([0.0, 1.0], [0.5, 0.5])
             assert all(res.ok for res in results)  # baselines only make legal moves
+            assert game.num_turns <= budget
+            if name == "simple-negotiation":  # a trading game runs to its limit
+                assert game.num_turns == budget
+
+
+def test_turn_budgets_follow_the_rule_parameters_and_their_defaults():
+    assert [game_class(n).turn_budget({}) for n in TEXTARENA] == [3 * 3, 9, 10 + 1]
+    assert KuhnPoker.turn_budget({"max_rounds": 5}) == 15
 
 
 def mean_reward(name: str, learner: str, opponent: str, seeds: range) -> float:

@@ -1,0 +1,64 @@
+"""Evaluation is declarative: every lineup the game declares for each mode is played in one
+batched rollout, and the results are named `eval/<mode>/<role>/*` (scripted policies: no model)."""
+
+from __future__ import annotations
+
+import pytest
+
+import sparring.evaluate as evaluation
+from sparring.evaluate import EvalConfig, evaluate, lineups, write_eval
+from sparring.game_init import GameInitConfig, write_inits
+
+GAME = {"params": {"k": 3, "max_turns": 8}}
+ROLES = ("player_a", "player_b")
+GENERIC = {"normalized_reward", "normalized_reward_se", "invalid_rate", "turns", "words", "games"}
+
+
+@pytest.fixture(scope="module")
+def val(tmp_path_factory):
+    out = tmp_path_factory.mktemp("inits")
+    return write_inits(GameInitConfig(game=GAME, num_train=1, num_val=3), out)["val"]
+
+
+@pytest.fixture
+def plays(monkeypatch) -> list[int]:
+    """The number of games of every `play` call evaluation makes."""
+    calls, real = [], evaluation.play
+    monkeypatch.setattr(evaluation, "play", lambda runs, *a, **k: calls.append(len(runs)) or real(runs, *a, **k))  # fmt: skip
+    return calls
+
+
+def test_every_mode_is_one_batched_rollout_named_by_mode_and_role(val, plays, tmp_path):
+    cfg = EvalConfig(rollout={"game": GAME})
+    agent = cfg.game.make_agent("matching-scripted")  # the policy under test, and the previous
+    metrics, episodes = evaluate(agent, val, cfg, previous=agent, progress=False)
+    assert plays == [3 * (1 + 2 + 2)]  # 3 states x (self-play, then each seat in two modes)
+    assert {m: len(e) for m, e in episodes.items()} == {
+        "selfplay": 3,
+        "vs_previous": 6,
+        "vs_scripted": 6,
+    }
+    for mode in episodes:
+        for role in ROLES:
+            names = {k.split("/")[3] for k in metrics if k.startswith(f"eval/{mode}/{role}/")}
+            assert names == GENERIC | {"agreement_rate"}  # matching's own metric
+        mean = [metrics[f"eval/{mode}/{r}/normalized_reward"] for r in ROLES]
+        assert metrics[f"eval/{mode}/all/normalized_reward"] == pytest.approx(sum(mean) / 2)
+    assert metrics["eval/selfplay/player_a/games"] == 3  # the learner holds both seats
+    assert metrics["eval/vs_scripted/player_b/games"] == 3
+    assert metrics["eval/selfplay/player_a/agreement_rate"] == 1.0  # scripted pairs agree
+    ids = [e.game_id.split("/", 1)[1] for e in episodes["vs_scripted"]]
+    assert ids[0] == "vs_scripted/matching-scripted/player_a#0"
+    assert ids[-1] == "vs_scripted/matching-scripted/player_b#0"
+    assert episodes["selfplay"][0].game_id.endswith("/selfplay/policy/all#0")
+    paths = write_eval(metrics, episodes, tmp_path, cfg.game)
+    assert paths["plot"].read_bytes()[:4] == b"\x89PNG"
+
+
+def test_vs_previous_needs_a_previous_checkpoint(val, plays):
+    cfg = EvalConfig(rollout={"game": GAME}, modes=["selfplay", "vs_previous"])
+    assert [x.mode for x in lineups(cfg, previous=False)] == ["selfplay"]
+    agent = cfg.game.make_agent("matching-scripted")
+    metrics, episodes = evaluate(agent, val, cfg, progress=False)
+    assert list(episodes) == ["selfplay"] and plays == [3]
+    assert not any(k.startswith("eval/vs_previous/") for k in metrics)
