@@ -6,8 +6,9 @@ GFLOP/s) and SmolLM2-135M-Instruct (the full `configs/pipeline-smollm2.yaml`: 59
 148 GFLOP/s; docs/results.md). Each cost is scaled to `REFERENCE_MATMUL` by its run's probe.
 Another model or a GPU gets no estimate.
 The rollout and eval costs are per game at the measured per-turn budget (`max_new_tokens`
-times `max_turns`) and scale with it; a policy that ends its games early is faster (SmolLM2's
-rollout cost is the mean of an untrained and a once-trained iteration: 2.9 and 1.9 s a game).
+times the game's `Game.turn_budget`, matching's `max_turns`) and scale with it; a policy that
+ends its games early is faster (SmolLM2's rollout cost is the mean of an untrained and a
+once-trained iteration: 2.9 and 1.9 s a game).
 `estimate_here` scales the costs by a one-second matmul probe of this machine (a 1.6x slower
 CPU made every task 1.4-1.8x slower).
 """
@@ -31,7 +32,7 @@ class Costs(NamedTuple):
     rollout: float  # per self-play game
     train: float  # per self-play game: the GRPO update on its samples
     eval: float  # per eval game
-    budget: int  # max_new_tokens x max_turns the per-game costs were measured at
+    budget: int  # max_new_tokens x turn budget the per-game costs were measured at
 
 
 COSTS = {
@@ -42,11 +43,11 @@ COSTS = {
 
 
 def eval_games(cfg: PipelineConfig) -> int:
-    """Games one evaluation plays: each val state once in self-play, and once per seat
-    against the previous checkpoint and the scripted baseline."""
+    """Games one evaluation plays: each val state once per lineup of each mode
+    (`Game.eval_lineups`)."""
     states = min(cfg.game_init.num_val, cfg.eval.num_games or cfg.game_init.num_val)
-    per_state = {"selfplay": 1, "vs_previous": cfg.num_seats, "vs_scripted": cfg.num_seats}
-    return states * sum(per_state[mode] for mode in cfg.eval.modes)
+    lineups = [cfg.game.cls.eval_lineups(mode, cfg.eval.opponent) for mode in cfg.eval.modes]
+    return states * sum(map(len, lineups))
 
 
 def estimate_seconds(cfg: PipelineConfig, matmul: float = REFERENCE_MATMUL) -> float | None:
@@ -55,7 +56,7 @@ def estimate_seconds(cfg: PipelineConfig, matmul: float = REFERENCE_MATMUL) -> f
     costs = COSTS.get(cfg.model)
     if costs is None or cfg.device != "cpu" or cfg.train_backend != "torch":
         return None
-    turns = cfg.game.params.get("max_turns", 8)
+    turns = cfg.game.cls.turn_budget(cfg.game.params)
     budget = cfg.rollout.sampling.max_new_tokens * turns / costs.budget
     ws = cfg.warm_start
     sft = ws.num_states * cfg.sft_config().epochs * costs.sft if ws else 0.0
