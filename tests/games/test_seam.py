@@ -1,16 +1,23 @@
 """The Game seam holds: no generic module (everything under sparring/ outside sparring/games/)
-names a game in its code. Comments and docstrings may; a name, string or attribute may not.
+names a game in its code, or reads a key that a game declares. Comments and docstrings may
+name a game; a name, string or attribute may not.
 
 "A game" is every registered game's name, its package and class, its scripted agents (those
 named by more than one word: Diplomacy's `hold` and `greedy` are also ordinary words) and its
 own group keys (and their deprecated aliases), plus the fixed words below. Names compare as
 sequences of words, split at `-`, `_`, spaces and camelCase: `kuhn-poker`, `KuhnPoker` and
 `kuhn_poker` are one name, found in `make_kuhn_poker` but not in `kuhnpokers`.
+
+"A key a game declares" is a key of a dict its `outcome()` builds, a field of its parameter
+model (a pydantic model in its package) or an argument of its game class's constructor. A
+generic module reading one (`x["agreed"]`, `x.get("max_turns")`) would know a game's outcome
+or rules; it must ask the game instead (`Game.episode_metrics`, `Game.turn_budget`).
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import re
 import tokenize
@@ -22,6 +29,7 @@ from sparring.games import GAMES, game_class
 
 ROOT = Path(__file__).resolve().parents[2] / "sparring"
 GENERIC = sorted(p for p in ROOT.rglob("*.py") if ROOT / "games" not in p.parents)
+GAME_MODULES = sorted((ROOT / "games").glob("*/*.py"))  # the games' packages, not the seam
 ALWAYS = {"diplomacy", "matching", "country", "textarena"}  # the issue's grep, kept as is
 
 
@@ -97,3 +105,66 @@ def test_the_check_sees_code_and_skips_comments_and_docstrings():
 def test_generic_module_names_no_game(path):
     hits = code_hits(path.read_text(), game_words())
     assert not hits, f"{path.relative_to(ROOT.parent)} names a game in code: {hits}"
+
+
+def declared_keys(source: str) -> set[str]:
+    """The keys one game module declares (see the module docstring)."""
+    keys = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef) and node.name == "outcome":
+            dicts = [d for d in ast.walk(node) if isinstance(d, ast.Dict)]
+            keys |= {k.value for d in dicts for k in d.keys if isinstance(k, ast.Constant)}
+        if isinstance(node, ast.ClassDef):
+            bases = {getattr(b, "id", getattr(b, "attr", "")) for b in node.bases}
+            if "BaseModel" in bases:
+                keys |= {f.target.id for f in node.body if isinstance(f, ast.AnnAssign)}
+            if any(b.endswith("Game") for b in bases):
+                inits = [f for f in node.body if getattr(f, "name", "") == "__init__"]
+                keys |= {a.arg for f in inits for a in f.args.args[1:] + f.args.kwonlyargs}
+    return keys
+
+
+@functools.cache
+def game_keys() -> frozenset[str]:
+    """Every key a registered game declares."""
+    return frozenset().union(*(declared_keys(p.read_text()) for p in GAME_MODULES))
+
+
+def key_reads(source: str, keys: frozenset[str]) -> list[tuple[int, str]]:
+    """(line, key) of every read of one of `keys`: `x["key"]`, `x.get("key")`, `x.pop("key")`."""
+    hits = []
+    for node in ast.walk(ast.parse(source)):
+        key = None
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            key = node.slice.value
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("get", "pop")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
+            key = node.args[0].value
+        if isinstance(key, str) and key in keys:
+            hits.append((node.lineno, key))
+    return sorted(hits)
+
+
+def test_the_key_check_finds_outcome_and_rule_reads():
+    """What the seam's old leaks looked like: the agreement rate computed generically from the
+    matching outcome, the time estimate reading matching's turn cap, a table size."""
+    keys = game_keys()
+    assert {"agreed", "winner", "centers", "max_turns", "k", "horizon", "max_rounds"} <= keys
+    source = (
+        'rate = sum(bool(e.outcome.get("agreed")) for e in eps)\n'
+        'turns = cfg.game.params.get("max_turns", 8)\n'
+        'size = params["k"]\n'
+        'seed = state.get("seed")  # not a key any game declares\n'
+    )
+    assert key_reads(source, keys) == [(1, "agreed"), (2, "max_turns"), (3, "k")]
+
+
+@pytest.mark.parametrize("path", GENERIC, ids=lambda p: str(p.relative_to(ROOT)))
+def test_generic_module_reads_no_game_key(path):
+    hits = key_reads(path.read_text(), game_keys())
+    assert not hits, f"{path.relative_to(ROOT.parent)} reads keys a game declares: {hits}"
