@@ -13,6 +13,9 @@ reward with no baseline at all. Sparring handles singletons on purpose (`singlet
     "zero"   (default) no learning signal from a sample that has nothing to be compared with
     "batch"  compare it with the whole batch instead (batch mean, and batch std if normalizing);
              a batch of one row gets zero
+Ties. A group whose rewards span less than `TIE_TOLERANCE` carries no signal and gets
+advantage exactly 0 (verl's float32 statistics would leave rounding noise, e.g. +0.056 on each
+of 16 rewards of 0.7); a batch of only such groups is `NoSignalError` in the trainer.
 Losses take verl's `ActorConfig` (`actor_config`), whose `global_batch_info` carries the
 mini-batch's token and sequence counts, so micro-batch losses add up to the mini-batch loss
 exactly as in verl's own gradient accumulation.
@@ -27,6 +30,7 @@ from verl.trainer.ppo import core_algos
 from verl.workers.config import ActorConfig
 
 SINGLETON_POLICIES = ("zero", "batch")
+TIE_TOLERANCE = 1e-6  # rewards of a group closer than this tie: no signal
 
 
 def group_index(df: pd.DataFrame, key: str) -> np.ndarray:
@@ -46,8 +50,13 @@ def grpo_advantages(
     index: np.ndarray,  # (B,)
     norm_by_std: bool = True,
     singleton: str = "zero",
+    tie_tolerance: float = TIE_TOLERANCE,
 ) -> torch.Tensor:
-    """Per-token advantages (B, T) from verl's `compute_grpo_outcome_advantage`."""
+    """Per-token advantages (B, T) from verl's `compute_grpo_outcome_advantage`.
+
+    A group whose rewards span less than `tie_tolerance` gets exactly 0: verl's float32 mean
+    and std of 16 rewards of 0.7 leave each row +0.056, a signal made of rounding error.
+    """
     if singleton not in SINGLETON_POLICIES:
         raise ValueError(
             f"unknown singleton policy {singleton!r}; choose from {SINGLETON_POLICIES}"
@@ -58,11 +67,11 @@ def grpo_advantages(
         index=index,
         norm_adv_by_std_in_grpo=norm_by_std,
     )  # (B, T)
-    labels, inverse, counts = np.unique(index.astype(str), return_inverse=True, return_counts=True)
-    lonely = torch.from_numpy(counts[inverse] == 1)  # (B,)
-    if not lonely.any():
-        return advantages
-    if singleton == "batch" and len(index) > 1:
+    scores = token_rewards.sum(-1).numpy()  # (B,)
+    _, inverse, counts = np.unique(index.astype(str), return_inverse=True, return_counts=True)
+    tied = reward_spread(scores, inverse)[inverse] < tie_tolerance  # (B,); singletons too
+    lonely = counts[inverse] == 1  # (B,)
+    if singleton == "batch" and lonely.any() and len(index) > 1:
         whole, _ = core_algos.compute_grpo_outcome_advantage(
             token_level_rewards=token_rewards,
             response_mask=response_mask,
@@ -70,9 +79,18 @@ def grpo_advantages(
             norm_adv_by_std_in_grpo=norm_by_std,
         )  # (B, T)
         advantages[lonely] = whole[lonely]
-    else:
-        advantages[lonely] = 0.0
+        tied[lonely] = np.ptp(scores) < tie_tolerance  # compared with the whole batch
+    advantages[torch.from_numpy(tied)] = 0.0
     return advantages
+
+
+def reward_spread(scores: np.ndarray, inverse: np.ndarray) -> np.ndarray:
+    """max - min of `scores` (B,) within each group (`inverse` (B,): group number per row)."""
+    n = int(inverse.max()) + 1 if len(inverse) else 0
+    hi, lo = np.full(n, -np.inf), np.full(n, np.inf)
+    np.maximum.at(hi, inverse, scores)
+    np.minimum.at(lo, inverse, scores)
+    return hi - lo
 
 
 def actor_config(clip_ratio: float, clip_ratio_high: float | None, loss_agg_mode: str):
@@ -152,9 +170,9 @@ def advantage_stats(
     """
     df = pd.DataFrame({"g": index.astype(str), "r": scores, "a": advantages})
     groups = df.groupby("g")
-    sizes, stds = groups.size(), groups.r.std(ddof=0)
+    sizes, spread = groups.size(), groups.r.max() - groups.r.min()
     multi = sizes > 1
-    zero_std = float((stds[multi] < 1e-9).mean()) if multi.any() else 1.0
+    zero_std = float((spread[multi] < TIE_TOLERANCE).mean()) if multi.any() else 1.0
     return {
         f"train/{key}/num_groups": float(len(sizes)),
         f"train/{key}/mean_group_size": float(sizes.mean()),

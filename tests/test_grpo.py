@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from verl.trainer.ppo import core_algos
 
 from sparring import grpo
 from sparring.train_config import LOSS_AGG_MODES
@@ -169,3 +170,41 @@ def test_advantage_stats_count_zero_variance_groups():
     assert stats["train/game/frac_reward_zero_std"] == 0.5  # a ties, b doesn't; c is alone
     assert stats["train/game/singleton_groups"] == 1 and stats["train/game/num_groups"] == 3
     assert stats["train/game/mean_group_size"] == pytest.approx(5 / 3)
+
+
+def test_a_tied_group_gets_exactly_zero_where_verl_leaves_rounding_noise():
+    """16 plays of one state, each rewarded 0.7: verl's float32 mean and std leave +0.056."""
+    token_rewards = torch.zeros(16, 2)
+    token_rewards[:, 1] = 0.7
+    mask, index = torch.ones(16, 2), np.array(["s"] * 16, dtype=object)
+    raw, _ = core_algos.compute_grpo_outcome_advantage(
+        token_level_rewards=token_rewards, response_mask=mask, index=index
+    )
+    assert raw.abs().min() > 0.05  # the artefact
+    assert torch.equal(grpo.grpo_advantages(token_rewards, mask, index), torch.zeros(16, 2))
+
+
+def test_beside_a_tied_group_a_varied_one_keeps_verls_advantages():
+    # group t: 0.7, 0.7, 0.7 (tied) -> 0; group v: 1.0, 0.0 -> mean 0.5, unbiased std
+    # sqrt(0.5) = 0.7071, so +-0.5 / 0.7071 = +-0.7071
+    token_rewards = torch.tensor([[0.0, 0.7]] * 3 + [[0.0, 1.0], [0.0, 0.0]])
+    index = np.array(["t", "t", "t", "v", "v"], dtype=object)
+    adv = grpo.grpo_advantages(token_rewards, torch.ones(5, 2), index)
+    assert adv[:3].abs().max() == 0
+    assert adv[3:, 0].tolist() == pytest.approx([0.7071, -0.7071], abs=1e-4)
+
+
+def test_under_the_batch_policy_a_singleton_is_tied_only_if_the_whole_batch_is():
+    token_rewards = torch.tensor([[0.7], [0.7], [0.7]])
+    tied_batch = grpo.grpo_advantages(
+        token_rewards, torch.ones(3, 1), np.array(["a", "a", "b"], dtype=object), True, "batch"
+    )
+    assert torch.equal(tied_batch, torch.zeros(3, 1))
+    varied = grpo.grpo_advantages(
+        torch.tensor([[0.7], [0.7], [1.0]]),
+        torch.ones(3, 1),
+        np.array(["a", "a", "b"], dtype=object),
+        True,
+        "batch",
+    )
+    assert varied[:2].abs().max() == 0 and varied[2, 0] > 0  # b compared with the batch
