@@ -59,7 +59,7 @@ def estimate_seconds(cfg: PipelineConfig, matmul: float = REFERENCE_MATMUL) -> f
     turns = cfg.game.cls.turn_budget(cfg.game.params)
     budget = cfg.rollout.sampling.max_new_tokens * turns / costs.budget
     ws = cfg.warm_start
-    sft = ws.num_states * cfg.sft_config().epochs * costs.sft if ws else 0.0
+    sft = ws.num_states * ws.train.epochs * costs.sft if ws else 0.0
     per_iteration = (
         cfg.games_per_iteration * (costs.rollout * budget + costs.train)
         + eval_games(cfg) * costs.eval * budget

@@ -98,7 +98,7 @@ def test_pipeline_tasks_train_kuhn_poker_with_the_role_baseline(tiny_model_dir, 
     """The shipped Kuhn Poker config at a tiny size: game-init, warm start on scripted play,
     a self-play rollout, GRPO on the `role` key with std normalisation, evaluation, register."""
     cfg = PipelineConfig.from_yaml(CONFIG)
-    assert (cfg.group_key, cfg.grpo_config().norm_adv_by_std) == ("role", True)
+    assert (cfg.group_key, cfg.train.norm_adv_by_std) == ("role", True)
     cfg = PipelineConfig.model_validate(
         cfg.model_dump(exclude_unset=True)
         | {
