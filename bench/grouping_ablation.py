@@ -1,5 +1,6 @@
 """Seed 001's open question: does grouping GRPO advantages by country beat grouping by initial
-state (standard per-prompt grouping) or one batch-wide group? The product's loop, per arm.
+state and country (`init_seat`: each power's own per-prompt baseline), by initial state alone
+(all seven powers in one group) or one batch-wide group? The product's loop, per arm.
 
     .venv/bin/python bench/grouping_ablation.py             # configs/diplomacy-ablation.yaml
     .venv/bin/python bench/grouping_ablation.py --set opponents.selfplay_fraction=1 \\
@@ -96,7 +97,7 @@ def main() -> None:
     ap.add_argument("--config", default=str(CONFIG_DIR / "diplomacy-ablation.yaml"))
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config field (dotted path, YAML value); repeatable")  # fmt: skip
-    ap.add_argument("--keys", nargs="+", default=["country", "init", "batch"], help="the arms")
+    ap.add_argument("--keys", nargs="+", default=["country", "init_seat", "init", "batch"], help="the arms")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="training seeds")
     ap.add_argument("--out", help="work folder (default: a temp folder)")
     args = ap.parse_args()

@@ -135,8 +135,8 @@ class Recipe(_Strict):
                 raise ValueError(
                     f"{name}.device is set; set the top-level `device` (used by every stage)"
                 )
-        if "group_key" in train:
-            data["train"] = {**train, "group_key": check_group_key(game, train["group_key"])}
+        key = check_group_key(game, train.get("group_key", game.cls.default_group_key))
+        data["train"] = {**train, "group_key": key}
         ws = data.get("warm_start")
         if ws is not None and _as_dict(ws).get("agent") is None:
             data["warm_start"] = {**_as_dict(ws), "agent": game.cls.default_opponent}

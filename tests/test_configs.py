@@ -112,3 +112,17 @@ def test_a_gpu_config_that_would_not_fit_its_card_warns_on_validation():
         PipelineConfig.model_validate(data)  # as shipped: it fits
     with pytest.warns(GPUMemoryWarning, match="Qwen2.5-7B-Instruct needs ~.* GB"):
         PipelineConfig.model_validate({**data, "model": "Qwen/Qwen2.5-7B-Instruct"})
+
+
+@pytest.mark.parametrize(
+    ("game", "key"), [("matching", "init"), ("kuhn-poker", "init_seat"), ("diplomacy", "init_seat")]
+)
+def test_a_recipe_groups_by_its_games_default_unless_it_sets_a_key(game, key):
+    assert PipelineConfig.model_validate({"game": {"name": game}}).train.group_key == key
+    chosen = PipelineConfig.model_validate({"game": {"name": game}, "train": {"group_key": "role"}})
+    assert chosen.train.group_key == "role"
+
+
+def test_init_country_is_diplomacys_word_for_init_seat():
+    data = {"game": {"name": "diplomacy"}, "train": {"group_key": "init_country"}}
+    assert PipelineConfig.model_validate(data).train.group_key == "init_seat"

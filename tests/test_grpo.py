@@ -208,3 +208,16 @@ def test_under_the_batch_policy_a_singleton_is_tied_only_if_the_whole_batch_is()
         "batch",
     )
     assert varied[:2].abs().max() == 0 and varied[2, 0] > 0  # b compared with the batch
+
+
+def test_init_seat_gives_each_seat_of_a_state_its_own_baseline():
+    # One state, two plays, zero-sum: seat 0 wins both (1, 1), seat 1 loses both (0, 0).
+    # `init` puts all four in one group (mean 0.5, unbiased std 0.5774): +-0.866, blaming seat
+    # 1 for its seat; `init_seat` compares each seat with itself: both groups tie, so 0.
+    rows = pd.DataFrame({"init": ["s"] * 4, "seat": [0, 0, 1, 1]})
+    rows["init_seat"] = rows.init + "/" + rows.seat.astype(str)
+    token_rewards = torch.tensor([[1.0], [1.0], [0.0], [0.0]])
+    by_init = grpo.grpo_advantages(token_rewards, torch.ones(4, 1), grpo.group_index(rows, "init"))
+    assert by_init[:, 0].tolist() == pytest.approx([0.866, 0.866, -0.866, -0.866], abs=1e-3)
+    index = grpo.group_index(rows, "init_seat")
+    assert grpo.grpo_advantages(token_rewards, torch.ones(4, 1), index).abs().max() == 0

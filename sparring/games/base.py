@@ -116,6 +116,12 @@ class Game(ABC):
     """GRPO group keys this game adds to the generic ones (the keys of `group_keys(seat)`)."""
     group_key_aliases: ClassVar[dict[str, str]] = {}
     """Deprecated group-key name -> its current name."""
+    group_key_synonyms: ClassVar[dict[str, str]] = {}
+    """This game's word for a generic group key -> the key (e.g. Diplomacy's init_country)."""
+    default_group_key: ClassVar[str] = "init"
+    """The GRPO group a recipe uses unless it sets `train.group_key`: `init` where the seats
+    of a state share a reward, `init_seat` where they differ (zero-sum games, Diplomacy), so
+    that each seat's baseline is its own."""
     role_breakdown: ClassVar[str | None] = None
     """If set, rollout also logs the learner's metrics per role, as
     `rollout/<role_breakdown>/<role>/<metric>`."""

@@ -150,6 +150,8 @@ class DiplomacyGame(Game):
     default_opponent = "greedy"
     extra_group_keys = ("country", "country_stage")
     group_key_aliases = {"country_phase": "country_stage"}
+    group_key_synonyms = {"init_country": "init_seat"}  # a seat is a country
+    default_group_key = "init_seat"  # the seven powers' rewards differ
     role_breakdown = "country"
 
     def __init__(self, **params: Any) -> None:

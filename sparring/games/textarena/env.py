@@ -43,6 +43,7 @@ class TextArenaGame(Game):
 
     env_id: ClassVar[str]
     """TextArena's registry id, e.g. "KuhnPoker-v0" (played as "<env_id>-raw")."""
+    default_group_key = "init_seat"  # one winner per game: the two seats' rewards differ
     roles = ROLES
 
     def __init__(self, max_retries: int = 1, **env_params: Any) -> None:
