@@ -144,6 +144,7 @@ def sample_row(episode: Any, seat: int, trace: TokenTrace) -> dict[str, Any] | N
         "policy": episode.seat_policies[seat],
         "game": episode.game_id,
         "init": episode.init_id,
+        "init_seat": f"{episode.init_id}/{seat}",
         **episode.group_keys[seat],
         "input_ids": ids,
         "assistant_mask": mask,
@@ -159,15 +160,17 @@ def sample_row(episode: Any, seat: int, trace: TokenTrace) -> dict[str, Any] | N
     }
 
 
-GENERIC_GROUP_KEYS = ("game", "init", "role", "batch")
-"""Group keys every game has: both seats of one game, every play of one initial state, every
-episode of one seat (role), and one group for the whole batch."""
+GENERIC_GROUP_KEYS = ("game", "init", "init_seat", "role", "batch")
+"""Group keys every game has: both seats of one game, every play of one initial state, one
+seat of one initial state (the verl route's key: the baseline of a zero-sum seat is its own),
+every episode of one seat (role), and one group for the whole batch."""
 
 
 def check_group_key(game: GameSpec, key: str) -> str:
     """`key` if `game`'s samples carry it (or it is `batch`), its new name if it is a
     deprecated alias; else a ValueError naming the valid keys."""
     cls = game.cls
+    key = cls.group_key_synonyms.get(key, key)
     if key in cls.group_key_aliases:
         new = cls.group_key_aliases[key]
         warnings.warn(
