@@ -43,7 +43,7 @@ def lint(target: Path) -> subprocess.CompletedProcess:
 def test_the_layering_contracts_hold(installed):
     result = lint(installed)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "3 kept, 0 broken" in result.stdout
+    assert "4 kept, 0 broken" in result.stdout
 
 
 def test_a_library_module_importing_the_kfp_layer_breaks_them(installed, tmp_path):
@@ -55,3 +55,14 @@ def test_a_library_module_importing_the_kfp_layer_breaks_them(installed, tmp_pat
     result = lint(planted)
     assert result.returncode != 0
     assert "sparring.loop.tasks -> sparring.pipelines.selfplay" in result.stdout
+
+
+def test_two_packages_importing_each_other_break_them(installed, tmp_path):
+    """The acyclic contract can fail: the games importing the trainer, which imports them."""
+    planted = tmp_path / "planted"
+    shutil.copytree(installed, planted)
+    base = planted / "sparring" / "games" / "base.py"
+    base.write_text(base.read_text() + "\nimport sparring.train_config  # noqa\n")
+    result = lint(planted)
+    assert result.returncode != 0
+    assert "No two of sparring's packages and modules import each other BROKEN" in result.stdout
