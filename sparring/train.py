@@ -36,6 +36,7 @@ from transformers import AutoTokenizer
 
 from sparring import grpo, logprobs, policy_model
 from sparring.device import pick_device
+from sparring.rae import RoleBaseline
 from sparring.samples import GENERIC_GROUP_KEYS, read_samples
 from sparring.train_config import GRPOConfig, OptimConfig
 
@@ -304,8 +305,11 @@ def _autocast(cfg: OptimConfig, device: torch.device):
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
 
 
-def advantages_for(df: pd.DataFrame, batch: Batch, cfg: GRPOConfig):
-    """Step 4: advantages (B, T-1) under `cfg.group_key`, and their stats for every group key.
+def advantages_for(
+    df: pd.DataFrame, batch: Batch, cfg: GRPOConfig, baseline: RoleBaseline | None = None
+):
+    """Step 4: advantages (B, T-1) under `cfg.group_key` (or, with `advantage: rae`, against
+    `baseline`, which this batch updates), and their stats for every group key.
 
     Raises NoSignalError (naming what to change) when all advantages are zero.
     """
@@ -326,6 +330,11 @@ def advantages_for(df: pd.DataFrame, batch: Batch, cfg: GRPOConfig):
         seq_adv = ((adv * batch.response_mask).sum(1) / n_tokens).numpy()  # (B,)
         metrics |= grpo.advantage_stats(scores, index, seq_adv, key)
         advantages = adv if key == cfg.group_key else advantages
+    if cfg.advantage == "rae":
+        baseline = baseline or RoleBaseline(cfg.rae_decay)
+        seq_adv = baseline.advantages(grpo.group_index(df, cfg.rae_key), scores)  # (B,)
+        advantages = torch.from_numpy(seq_adv).float()[:, None] * batch.response_mask
+        metrics |= baseline.metrics()
     if not advantages.abs().sum() > 0:
         raise NoSignalError(
             f"all {len(df)} samples have zero advantage under group_key={cfg.group_key!r}: every "
@@ -418,7 +427,8 @@ def train(
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     batch = collate(df, tokenizer.pad_token_id, cfg.max_seq_len)
     # 4. advantages first: cheap, and fail fast when there is nothing to learn
-    advantages, metrics = advantages_for(df, batch, cfg)
+    baseline = RoleBaseline.load(model_path, cfg.rae_decay) if cfg.advantage == "rae" else None
+    advantages, metrics = advantages_for(df, batch, cfg, baseline)
     metrics["train/samples"] = float(len(df))
     metrics["train/dropped_rows"] = float(dropped)
     model = load_model(model_path, device, cfg=cfg)
@@ -426,5 +436,8 @@ def train(
     if ref_model_path:
         ref_model = load_model(ref_model_path, device, trainable=False, cfg=cfg)
     metrics |= grpo_update(model, batch, advantages, cfg, device, ref_model, on_step)
-    # 6. checkpoint
-    return TrainStats(save_checkpoint(model, tokenizer, out_dir, metrics), metrics)
+    # 6. checkpoint (with the RAE baselines the next update starts from)
+    saved = save_checkpoint(model, tokenizer, out_dir, metrics)
+    if baseline is not None:
+        baseline.save(saved)
+    return TrainStats(saved, metrics)

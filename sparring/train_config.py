@@ -74,6 +74,12 @@ class GRPOConfig(OptimConfig):
     kl_type: str = "low_var_kl"  # verl kl_penalty: kl/k1, abs, mse/k2, low_var_kl/k3 (+ suffix ok)
     entropy_coef: float = Field(0.0, ge=0)  # entropy bonus weight (entropy is logged either way)
     policy: str | None = LEARNER  # train the rows whose `policy` is this (None = all)
+    # grpo: group advantages under `group_key`. rae: SPIRAL's role-conditioned advantage, an EMA
+    # reward baseline per value of `rae_key` kept across updates with the checkpoint
+    # (sparring.rae); `group_key` then only names the groups whose stats are logged.
+    advantage: Literal["grpo", "rae"] = "grpo"
+    rae_key: str = "role"  # the samples column whose values get their own baseline
+    rae_decay: float = Field(0.95, gt=0, lt=1)  # EMA decay per update (SPIRAL's alpha)
 
     @model_validator(mode="after")
     def _check(self) -> GRPOConfig:
