@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparring.metrics import ROLLOUT, WARM_START, metric_name
 from sparring.rollout import (
     Policy,
     RolloutConfig,
@@ -77,11 +78,13 @@ def warm_start(
         progress=False,
         scripted_tokenizer=AutoTokenizer.from_pretrained(model_dir),
     )
-    teacher = rollout_stats(result, learner=agent)["rollout/normalized_reward"]
+    teacher = rollout_stats(result, learner=agent)[metric_name(ROLLOUT, "normalized_reward")]
     with tempfile.TemporaryDirectory(prefix="sparring-sft-") as tmp:
         samples = write_outputs(result, tmp)["samples"]
         trained = sft(model_dir, [samples], out_dir, cfg, device)
-    return Step(trained.out_dir, {**trained.metrics, "warm_start/teacher_reward": teacher})
+    return Step(
+        trained.out_dir, {**trained.metrics, metric_name(WARM_START, "teacher_reward"): teacher}
+    )
 
 
 def self_play(

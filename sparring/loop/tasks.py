@@ -33,6 +33,7 @@ import yaml
 from sparring.loop import league, reports, steps
 from sparring.loop.config import PipelineConfig
 from sparring.loop.io import log, run_uri, upload
+from sparring.metrics import PERF, metric_name, split_eval
 from sparring.rollout import RolloutConfig, build_policies, load_inits
 
 # Compute-time metrics the tasks report; the rest of the wall time is pipeline overhead.
@@ -210,7 +211,7 @@ def evaluate(
     )
     t0 = time.perf_counter()
     metrics, episodes = run_eval(policy, val_inits, cfg.eval, previous, progress=False)
-    metrics["perf/eval_seconds"] = time.perf_counter() - t0
+    metrics[metric_name(PERF, "eval_seconds")] = time.perf_counter() - t0
     paths = write_eval(metrics, episodes, out_dir, cfg.game)
     upload(cfg, out_dir, run_uri(cfg, run_name, iteration, "eval"))
     log(f"iteration {iteration}: {cfg.champion_metric} = {metrics.get(cfg.champion_metric, 0):.3f}")
@@ -243,7 +244,7 @@ def register(
     from sparring import registry, storage
     from sparring.tracking import RUN_TAG, PipelineRun
 
-    evals = {k: v for k, v in metrics.items() if k.startswith("eval/")}
+    evals = {k: v for k, v in metrics.items() if split_eval(k)}
     if cfg.champion_metric not in evals:
         raise KeyError(
             f"champion_metric {cfg.champion_metric!r} not in eval metrics {sorted(evals)}"
