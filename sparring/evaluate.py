@@ -31,6 +31,7 @@ from sparring.generation.base import SamplingParams
 from sparring.metrics import (
     ALL_ROLES,
     EVAL,
+    EVAL_MODES,
     VS_PREVIOUS,
     eval_name,
     metric_name,
@@ -48,7 +49,7 @@ from sparring.rollout import (
     play_metrics,
 )
 
-MODES = ("selfplay", "vs_previous", "vs_scripted")
+MODES = EVAL_MODES
 
 
 def _greedy_rollout() -> RolloutConfig:
