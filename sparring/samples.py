@@ -13,7 +13,7 @@ TemplateError: the ids the model saw could not be extended consistently.
 
 One samples row per (game, seat):
     sample_id, game_id, init_id, seat, role, policy   identifiers
-    game, init, role (+ game-specific keys)             GRPO group keys
+    game, init, init_seat, role (+ game-specific keys)  GRPO group keys
     input_ids        list[int]    the whole conversation from this seat's view  (T,)
     assistant_mask   list[int]    1 on this seat's own generated tokens          (T,)
     token_rewards    list[float]  reward on the last masked token, else 0        (T,)
@@ -21,6 +21,7 @@ One samples row per (game, seat):
     messages, prompt              list[{role, content}] (prompt = up to the first reply)
     data_source, reward_model     verl-compatible: {normalized_reward, game_state (JSON)}
     num_turns, invalid_actions    int
+    rejected_mask    list[int]    1 on the tokens of replies the game rejected   (T,)
 """
 
 from __future__ import annotations
@@ -122,6 +123,27 @@ def last_reply_index(assistant_mask: list[int]) -> int:
     return -1
 
 
+def rejected_mask(
+    assistant_mask: list[int], transcript: list[dict[str, Any]], seat: int
+) -> list[int]:
+    """1 on the tokens of `seat`'s replies the game rejected (its transcript entries with
+    `ok` false), 0 elsewhere; the k-th run of 1s in `assistant_mask` is the seat's k-th reply."""
+    oks = [t["ok"] for t in transcript if t["seat"] == seat]
+    spans, start = [], None
+    for i, m in enumerate([*assistant_mask, 0]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            spans.append((start, i))
+            start = None
+    if len(spans) != len(oks):
+        raise ValueError(f"seat {seat} has {len(spans)} replies but {len(oks)} transcript entries")
+    out = [0] * len(assistant_mask)
+    for (a, b), ok in zip(spans, oks, strict=True):
+        out[a:b] = [0 if ok else 1] * (b - a)
+    return out
+
+
 def sample_row(episode: Any, seat: int, trace: TokenTrace) -> dict[str, Any] | None:
     """The samples-parquet row for one seat of a finished episode (None if it never spoke)."""
     end = last_reply_index(trace.assistant_mask)
@@ -157,6 +179,7 @@ def sample_row(episode: Any, seat: int, trace: TokenTrace) -> dict[str, Any] | N
         "reward_model": {"normalized_reward": reward, "game_state": json.dumps(episode.state)},
         "num_turns": episode.num_turns,
         "invalid_actions": episode.invalid_actions[seat],
+        "rejected_mask": rejected_mask(mask, episode.transcript, seat),
     }
 
 

@@ -335,6 +335,10 @@ def advantages_for(
         seq_adv = baseline.advantages(grpo.group_index(df, cfg.rae_key), scores)  # (B,)
         advantages = torch.from_numpy(seq_adv).float()[:, None] * batch.response_mask
         metrics |= baseline.metrics()
+    if cfg.rejected_credit != "episode" and "rejected_mask" in df:
+        advantages, metrics["train/rejected_token_frac"] = credit_rejected(
+            df, batch, cfg, advantages
+        )
     if not advantages.abs().sum() > 0:
         raise NoSignalError(
             f"all {len(df)} samples have zero advantage under group_key={cfg.group_key!r}: every "
@@ -344,6 +348,26 @@ def advantages_for(
         )
     metrics["train/frac_reward_zero_std"] = metrics[f"train/{cfg.group_key}/frac_reward_zero_std"]
     return advantages, metrics
+
+
+def credit_rejected(
+    df: pd.DataFrame, batch: Batch, cfg: GRPOConfig, advantages: torch.Tensor
+) -> tuple[torch.Tensor, float]:
+    """`advantages` (B, T-1) with the tokens of rejected replies credited as
+    `cfg.rejected_credit` says, and the share of response tokens they are."""
+    rejected = torch.zeros_like(batch.response_mask, dtype=torch.bool)  # (B, T-1)
+    for i, mask in enumerate(df["rejected_mask"]):
+        shifted = torch.as_tensor(list(mask[1:]), dtype=torch.bool)[: rejected.shape[1]]
+        rejected[i, : len(shifted)] = shifted  # position t scores token t + 1, as in collate
+    rejected &= batch.response_mask.bool()
+    if cfg.rejected_credit == "exclude":
+        credited = torch.where(rejected, advantages.clamp(max=0.0), advantages)
+    else:
+        credited = torch.where(
+            rejected, torch.full_like(advantages, cfg.rejected_penalty), advantages
+        )
+    share = float(rejected.sum() / batch.response_mask.sum().clamp(min=1))
+    return credited, share
 
 
 def grpo_update(

@@ -80,6 +80,12 @@ class GRPOConfig(OptimConfig):
     advantage: Literal["grpo", "rae"] = "grpo"
     rae_key: str = "role"  # the samples column whose values get their own baseline
     rae_decay: float = Field(0.95, gt=0, lt=1)  # EMA decay per update (SPIRAL's alpha)
+    # Credit of a reply the game rejected (the seat then retried), by the samples'
+    # rejected_mask: episode = the episode's advantage like every other token; exclude = at
+    # most 0 (a rejected reply never shares a win); penalty = `rejected_penalty` whatever
+    # the episode, which also teaches the protocol when every reward ties.
+    rejected_credit: Literal["episode", "exclude", "penalty"] = "episode"
+    rejected_penalty: float = Field(-1.0, le=0)  # rejected_credit: penalty's advantage
 
     @model_validator(mode="after")
     def _check(self) -> GRPOConfig:

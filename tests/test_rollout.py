@@ -210,3 +210,16 @@ def test_names_with_one_checkpoint_share_one_model(inits, tiny_model_dir):
     assert policies["old"] is policies["older"]
     res = play(inits, policies, config(seats=["old", "older"]), progress=False)
     assert res.generated_tokens == policies["old"].generated_tokens > 0
+
+
+def test_rejected_mask_marks_exactly_the_replies_the_game_rejected(result, backend):
+    games, tok, rejected_in_all = {e.game_id: e for e in result.episodes}, backend.tokenizer, 0
+    for row in result.samples:
+        turns = games[row["game_id"]].transcript
+        errors = [t["text"] for t in turns if t["seat"] == row["seat"] and not t["ok"]]
+        spans = mask_spans(row["rejected_mask"])
+        assert [tok.decode(row["input_ids"][a:b], skip_special_tokens=True) for a, b in spans] == (
+            errors
+        )
+        rejected_in_all += len(errors)
+    assert rejected_in_all > 0  # the untrained tiny model makes invalid moves
