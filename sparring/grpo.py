@@ -93,8 +93,14 @@ def reward_spread(scores: np.ndarray, inverse: np.ndarray) -> np.ndarray:
     return hi - lo
 
 
-def actor_config(clip_ratio: float, clip_ratio_high: float | None, loss_agg_mode: str):
-    """verl's `ActorConfig` holding what its policy loss reads (clip range, aggregation)."""
+def actor_config(
+    clip_ratio: float,
+    clip_ratio_high: float | None,
+    loss_agg_mode: str,
+    loss_scale_factor: int | None = None,
+):
+    """verl's `ActorConfig` holding what its policy loss reads (clip range, aggregation, and
+    seq-mean-token-sum-norm's constant divisor; None = each mini-batch's padded length)."""
     return ActorConfig(
         strategy="fsdp",
         rollout_n=1,
@@ -103,6 +109,7 @@ def actor_config(clip_ratio: float, clip_ratio_high: float | None, loss_agg_mode
         clip_ratio_low=clip_ratio,
         clip_ratio_high=clip_ratio_high or clip_ratio,
         loss_agg_mode=loss_agg_mode,
+        loss_scale_factor=loss_scale_factor,
     )
 
 

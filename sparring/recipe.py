@@ -137,6 +137,12 @@ class Recipe(_Strict):
                 )
         key = check_group_key(game, train.get("group_key", game.cls.default_group_key))
         data["train"] = {**train, "group_key": key}
+        if data["train"].get("loss_scale_factor") is None:  # Dr. GRPO: one divisor per run
+            rollout = _as_dict(data.get("rollout"))
+            context = rollout.get(
+                "max_context_tokens", _default(RolloutConfig, "max_context_tokens")
+            )
+            data["train"]["loss_scale_factor"] = data["train"].get("max_seq_len") or context
         ws = data.get("warm_start")
         if ws is not None and _as_dict(ws).get("agent") is None:
             data["warm_start"] = {**_as_dict(ws), "agent": game.cls.default_opponent}
@@ -244,6 +250,10 @@ class Recipe(_Strict):
     def group_key(self) -> str:
         """The GRPO group key."""
         return self.train.group_key
+
+
+def _default(model: type[BaseModel], name: str) -> Any:
+    return model.model_fields[name].default
 
 
 def _as_dict(section: Any) -> dict[str, Any]:

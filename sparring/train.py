@@ -421,7 +421,9 @@ def grpo_update(
         device,
         micro_loss,
         "grpo",
-        grpo.actor_config(cfg.clip_ratio, cfg.clip_ratio_high, cfg.loss_agg_mode),
+        grpo.actor_config(
+            cfg.clip_ratio, cfg.clip_ratio_high, cfg.loss_agg_mode, cfg.loss_scale_factor
+        ),
         on_step,
     )
 

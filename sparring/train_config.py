@@ -73,6 +73,10 @@ class GRPOConfig(OptimConfig):
     kl_coef: float = Field(0.0, ge=0)  # weight of KL(policy || reference); 0 = no reference
     kl_type: str = "low_var_kl"  # verl kl_penalty: kl/k1, abs, mse/k2, low_var_kl/k3 (+ suffix ok)
     entropy_coef: float = Field(0.0, ge=0)  # entropy bonus weight (entropy is logged either way)
+    # Dr. GRPO's divisor (loss_agg_mode seq-mean-token-sum-norm): a constant, so that a step's
+    # size doesn't follow its mini-batch's longest row; a recipe sets its max_context_tokens.
+    # None = each mini-batch's padded length (verl's default).
+    loss_scale_factor: int | None = Field(None, ge=1)
     policy: str | None = LEARNER  # train the rows whose `policy` is this (None = all)
     # grpo: group advantages under `group_key`. rae: SPIRAL's role-conditioned advantage, an EMA
     # reward baseline per value of `rae_key` kept across updates with the checkpoint

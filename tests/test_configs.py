@@ -126,3 +126,10 @@ def test_a_recipe_groups_by_its_games_default_unless_it_sets_a_key(game, key):
 def test_init_country_is_diplomacys_word_for_init_seat():
     data = {"game": {"name": "diplomacy"}, "train": {"group_key": "init_country"}}
     assert PipelineConfig.model_validate(data).train.group_key == "init_seat"
+
+
+def test_a_recipe_fixes_dr_grpos_divisor_for_the_whole_run():
+    cfg = PipelineConfig.model_validate({"rollout": {"max_context_tokens": 2048}})
+    assert cfg.train.loss_scale_factor == 2048  # the longest row the rollout can produce
+    capped = PipelineConfig.model_validate({"train": {"max_seq_len": 1024}})
+    assert capped.train.loss_scale_factor == 1024

@@ -221,3 +221,23 @@ def test_init_seat_gives_each_seat_of_a_state_its_own_baseline():
     assert by_init[:, 0].tolist() == pytest.approx([0.866, 0.866, -0.866, -0.866], abs=1e-3)
     index = grpo.group_index(rows, "init_seat")
     assert grpo.grpo_advantages(token_rewards, torch.ones(4, 1), index).abs().max() == 0
+
+
+def test_dr_grpos_divisor_is_a_constant_not_the_mini_batchs_padded_length():
+    """The same two rows padded to 5 or to 9 tokens: with a constant divisor the loss is the
+    same; with verl's default (the padded length) the longer padding shrinks it 5/9."""
+    rows = torch.tensor([[1.0, 2.0, 3.0, 0.0, 0.0], [4.0, 5.0, 0.0, 0.0, 0.0]])
+    mask = (rows > 0).float()
+    padded, padded_mask = (
+        torch.nn.functional.pad(rows, (0, 4)),
+        torch.nn.functional.pad(mask, (0, 4)),
+    )
+
+    def loss(values, m, factor):
+        config = grpo.actor_config(0.2, None, "seq-mean-token-sum-norm", factor)
+        grpo.set_global_batch(config, m)
+        return grpo.aggregate(values, m, config).item()
+
+    assert loss(rows, mask, 64) == pytest.approx(loss(padded, padded_mask, 64))
+    assert loss(padded, padded_mask, None) == pytest.approx(loss(rows, mask, None) * 5 / 9)
+    assert loss(rows, mask, 64) == pytest.approx((6 + 9) / 2 / 64)  # mean of token sums / 64
