@@ -40,6 +40,7 @@ from pydantic import BaseModel, Field
 from sparring.games.base import Game, GameStats, Lineup, Play, StepResult, TurnRecord
 from sparring.games.diplomacy.board import ROLES, WIN_CENTERS, Engine, Message
 from sparring.games.diplomacy.bots import BOTS
+from sparring.games.diplomacy.metrics import power_metrics
 from sparring.games.diplomacy.observation import adjust_prompt, board_view, power_view
 from sparring.games.diplomacy.orders import parse_orders, parse_press
 from sparring.games.diplomacy.scenarios import generate_state, set_auto_orders
@@ -448,8 +449,6 @@ class DiplomacyGame(Game):
 
     @classmethod
     def episode_metrics(cls, plays: list[Play]) -> dict[str, float]:
-        from sparring.games.diplomacy.metrics import power_metrics
-
         return power_metrics(plays)
 
     @classmethod
