@@ -1,7 +1,7 @@
 """KFP components: GRPO training on one rollout (see sparring.tasks.train), or one whole
 iteration on verl (see sparring.tasks.train_verl)."""
 
-from kfp.dsl import Dataset, Input, Metrics, Model, Output
+from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
 
 
 def train(
@@ -13,6 +13,8 @@ def train(
     iteration: int,
     trained: Output[Model],
     metrics: Output[Metrics],
+    optimizer: Output[Artifact],
+    previous_optimizer: Input[Artifact] = None,
 ):
     """One GRPO update of `model` on the rollout's samples.
 
@@ -26,15 +28,23 @@ def train(
         iteration: the round.
         trained: the new checkpoint.
         metrics: train/* and perf/* statistics.
+        optimizer: AdamW's state after the update (train.optimizer_state: carry; else empty),
+            never registered.
+        previous_optimizer: the previous iteration's `optimizer` (carry; none for the first).
     """
+    from pathlib import Path
+
     from sparring.loop import tasks
     from sparring.loop.config import PipelineConfig
 
     cfg = PipelineConfig.model_validate_json(config).for_step("train")
     samples_file = f"{samples.path}/samples.parquet"
+    Path(optimizer.path).mkdir(parents=True, exist_ok=True)  # empty unless carried on
+    carried = previous_optimizer.path if previous_optimizer else None
     stats = tasks.train(
-        cfg, model.path, samples_file, trained.path, reference.path, parent_run_id, iteration
-    )
+        cfg, model.path, samples_file, trained.path, reference.path, parent_run_id, iteration,
+        carried, optimizer.path,
+    )  # fmt: skip
     for name, value in stats.items():
         metrics.log_metric(name, value)
 

@@ -144,12 +144,14 @@ class _Graph:
             shards=dsl.Collected(part.outputs["samples"]), iteration=i, run_name=self.run_name,
         )  # fmt: skip
 
-    def train(self, step: IterationPlan, model, reference, samples) -> dsl.PipelineTask:
-        """The GRPO update on a rollout's samples."""
+    def train(self, step: IterationPlan, model, reference, samples, optimizer=None):
+        """The GRPO update on a rollout's samples (continuing `optimizer`, the previous
+        update's AdamW state, with `train.optimizer_state: carry`)."""
+        extra = {"previous_optimizer": optimizer} if optimizer is not None else {}
         return self.task(
             self.c.train, f"train-{step.iteration}", self.cfg.kubernetes.train_gpus,
             config=self.config, model=model, reference=reference, samples=samples,
-            parent_run_id=self.parent, iteration=step.iteration,
+            parent_run_id=self.parent, iteration=step.iteration, **extra,
         )  # fmt: skip
 
     def verl(self, step: IterationPlan, model) -> dsl.PipelineTask:
@@ -243,7 +245,7 @@ def _iterations(g: _Graph, start: dsl.PipelineTask) -> None:
         model = warm.outputs["model"]
     if cfg.evaluate_start:
         g.evaluate(cfg.first_iteration - 1, model)
-    reference, registers, schedule = model, {}, {}
+    reference, registers, schedule, optimizer = model, {}, {}, None
     for step in plan(cfg):
         if cfg.train_backend == "verl":
             tr = g.verl(step, model)
@@ -257,7 +259,9 @@ def _iterations(g: _Graph, start: dsl.PipelineTask) -> None:
             if step.after_register is not None:  # a past-<k> opponent: its checkpoint first
                 ro.after(registers[step.after_register])
             samples, rollout_metrics = ro.outputs["samples"], ro.outputs["metrics"]
-            tr = g.train(step, model, reference, samples)
+            tr = g.train(step, model, reference, samples, optimizer)
+            if cfg.train.optimizer_state == "carry":
+                optimizer = tr.outputs["optimizer"]
         trained = tr.outputs["trained"]
         ev = g.evaluate(step.iteration, trained, previous=model)
         rg = g.register(step, trained, samples, rollout_metrics, tr, ev)

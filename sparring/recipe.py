@@ -137,6 +137,10 @@ class Recipe(_Strict):
                 )
         key = check_group_key(game, train.get("group_key", game.cls.default_group_key))
         data["train"] = {**train, "group_key": key}
+        if data["train"].get("optimizer_state") == "carry":  # one lr schedule for the run
+            data["train"].setdefault(
+                "lr_schedule_updates", data.get("iterations", _default(cls, "iterations"))
+            )
         if data["train"].get("loss_scale_factor") is None:  # Dr. GRPO: one divisor per run
             rollout = _as_dict(data.get("rollout"))
             context = rollout.get(

@@ -49,6 +49,9 @@ class TrainStats:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
+OPTIMIZER_FILE = "optimizer.pt"  # AdamW's state between updates (optimizer_state: carry)
+
+
 class NoSignalError(ValueError):
     """Every advantage is zero: the update would change nothing."""
 
@@ -221,8 +224,14 @@ def optimize(
     desc: str,
     actor_cfg: Any,
     on_step: OnStep | None = None,
+    carry: dict[str, Any] | None = None,
+    span: int = 1,
 ) -> dict[str, float]:
     """AdamW steps over the mini-batches in `plan`, accumulating grads over micro-batches.
+
+    `carry`, when given, is the optimizer state to continue (`{"optimizer": AdamW state,
+    "step": steps taken}`, empty for a first update) and receives the state after the last
+    step; a cosine schedule then spans `span` updates of `len(plan)` steps.
 
     `micro_loss(model, micro_batch, rows, actor_cfg)` returns (loss, diagnostics). Losses are
     aggregated with verl's `agg_loss` against the whole mini-batch (`actor_cfg`, a verl
@@ -232,11 +241,14 @@ def optimize(
     """
     params = policy_model.trainable_parameters(model)  # all weights, or only LoRA's
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    start = 0
+    if carry:
+        opt.load_state_dict(carry["optimizer"])
+        start = int(carry["step"])
 
     def lr_factor(step: int) -> float:
-        return (
-            0.5 * (1 + math.cos(math.pi * step / len(plan))) if cfg.lr_schedule == "cosine" else 1.0
-        )
+        done = min((start + step) / (len(plan) * span), 1.0)
+        return 0.5 * (1 + math.cos(math.pi * done)) if cfg.lr_schedule == "cosine" else 1.0
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
     sums: dict[str, float] = {}
@@ -278,6 +290,8 @@ def optimize(
             )
         bar.set_postfix(loss=f"{loss_sum:.4f}", grad_norm=f"{norms[-1]:.3f}")
     seconds = time.perf_counter() - t0
+    if carry is not None:
+        carry.update(optimizer=opt.state_dict(), step=start + len(plan))
     return {
         **{f"train/{k}": v / max(weight, 1.0) for k, v in sums.items()},
         "train/loss": float(np.mean(losses)),
@@ -292,6 +306,27 @@ def save_checkpoint(model, tokenizer, out_dir: str | Path, metrics: dict[str, fl
     """A HF checkpoint (safetensors, config, tokenizer) the rollout loads, plus metrics.json;
     in the training dtype, with LoRA adapters merged."""
     return policy_model.save_policy(model, tokenizer, out_dir, metrics)
+
+
+def load_optimizer(folder: str | Path | None) -> dict[str, Any]:
+    """The optimizer state in `folder` (`optimizer.pt`); empty if there is none yet."""
+    path = Path(folder) / OPTIMIZER_FILE if folder else None
+    if path is None or not path.is_file():
+        return {}
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # a truncated or foreign file: say which, don't train on it
+        raise ValueError(f"{path} is not an optimizer state ({e}); delete it to start fresh") from e
+
+
+def save_optimizer(carry: dict[str, Any], folder: str | Path) -> Path:
+    """Write the optimizer state to `folder/optimizer.pt` (atomically: a retry never reads half)."""
+    path = Path(folder) / OPTIMIZER_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(carry, tmp)
+    tmp.replace(path)
+    return path
 
 
 def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
@@ -378,6 +413,7 @@ def grpo_update(
     device: torch.device,
     ref_model: torch.nn.Module | None = None,
     on_step: OnStep | None = None,
+    carry: dict[str, Any] | None = None,
 ) -> dict[str, float]:
     """Steps 2, 3 and 5 on a loaded model: old/ref log-probs, then PPO epochs. Returns metrics."""
     plan = schedule(len(batch), cfg)
@@ -425,6 +461,8 @@ def grpo_update(
             cfg.clip_ratio, cfg.clip_ratio_high, cfg.loss_agg_mode, cfg.loss_scale_factor
         ),
         on_step,
+        carry,
+        cfg.lr_schedule_updates if carry is not None else 1,
     )
 
 
@@ -436,12 +474,16 @@ def train(
     ref_model_path: str | Path | None = None,
     on_step: OnStep | None = None,
     device: str = "auto",
+    optimizer_in: str | Path | None = None,
+    optimizer_out: str | Path | None = None,
 ) -> TrainStats:
     """One GRPO update of `model_path` on rollout samples, on `device` (cpu, cuda, cuda:N or
     auto); writes a checkpoint to `out_dir`.
 
     The reference policy for KL is `ref_model_path` if given, else `model_path` itself;
-    `on_step` sees every optimizer step's metrics (see `optimize`).
+    `on_step` sees every optimizer step's metrics (see `optimize`). With `optimizer_state:
+    carry`, AdamW continues from `optimizer_in` (the previous update's `optimizer_out`; none
+    for a first update) and its state is written to `optimizer_out`.
     """
     cfg = cfg or GRPOConfig()
     if ref_model_path is not None and cfg.kl_coef == 0:
@@ -461,7 +503,10 @@ def train(
     ref_model = None
     if ref_model_path:
         ref_model = load_model(ref_model_path, device, trainable=False, cfg=cfg)
-    metrics |= grpo_update(model, batch, advantages, cfg, device, ref_model, on_step)
+    carry = load_optimizer(optimizer_in) if cfg.optimizer_state == "carry" else None
+    metrics |= grpo_update(model, batch, advantages, cfg, device, ref_model, on_step, carry)
+    if carry is not None and optimizer_out is not None:
+        save_optimizer(carry, optimizer_out)
     # 6. checkpoint (with the RAE baselines the next update starts from)
     saved = save_checkpoint(model, tokenizer, out_dir, metrics)
     if baseline is not None:

@@ -90,9 +90,20 @@ class GRPOConfig(OptimConfig):
     # the episode, which also teaches the protocol when every reward ties.
     rejected_credit: Literal["episode", "exclude", "penalty"] = "episode"
     rejected_penalty: float = Field(-1.0, le=0)  # rejected_credit: penalty's advantage
+    # fresh: a new AdamW (and lr schedule) every update. carry: AdamW's moments and the
+    # schedule's step continue from the previous update (`optimizer.pt`, stored beside the
+    # checkpoint and never registered); the cosine schedule then spans `lr_schedule_updates`
+    # updates (a recipe sets its iterations). Full fine-tuning only, for now.
+    optimizer_state: Literal["fresh", "carry"] = "fresh"
+    lr_schedule_updates: int = Field(1, ge=1)
 
     @model_validator(mode="after")
     def _check(self) -> GRPOConfig:
+        if self.optimizer_state == "carry" and self.lora_rank:
+            raise ValueError(
+                "optimizer_state: carry needs full fine-tuning (lora_rank: 0): a merged LoRA "
+                "checkpoint can't continue its adapter yet"
+            )
         if self.kl_type.removesuffix("+") not in KL_TYPES:
             raise ValueError(f"unknown kl_type {self.kl_type!r}; choose from {KL_TYPES}")
         if self.group_key.strip() != self.group_key or not self.group_key:

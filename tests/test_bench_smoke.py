@@ -101,11 +101,14 @@ def test_grouping_ablation_bench(tiny_model_dir, tmp_path):
     sets += ("warm_start.num_states=1", "warm_start.train.epochs=1")
     sets += ("rollout.sampling.max_new_tokens=8", "eval.rollout.sampling.max_new_tokens=8")
     args = [arg for pair in sets for arg in ("--set", pair)]
-    lines = bench_output("grouping_ablation.py", *args, "--seeds", "0", "--out", str(tmp_path))
+    keys = ("country", "init")  # of the default four arms, the two the RESULT compares
+    lines = bench_output(
+        "grouping_ablation.py", *args, "--keys", *keys, "--seeds", "0", "--out", str(tmp_path)
+    )
     saved = json.loads((tmp_path / "grouping_ablation.json").read_text())
-    assert list(saved["arms"]) == ["warm start", "country", "init", "batch"]
+    assert list(saved["arms"]) == ["warm start", *keys]
     runs = saved["runs"]
-    assert [(r["key"], r["seed"]) for r in runs] == [(k, 0) for k in ("country", "init", "batch")]
+    assert [(r["key"], r["seed"]) for r in runs] == [(k, 0) for k in keys]
     assert [json.loads(line) for line in lines if line.startswith("{")] == runs  # one per run
     for run in runs:  # 1 val state x 7 countries vs greedy; the last eval is the champion metric
         assert run["n"] == 7 and run["curve"] == [pytest.approx(run["mean"])]

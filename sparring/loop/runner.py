@@ -157,8 +157,12 @@ def _play_and_train(
         schedule,
     )  # fmt: skip
     samples = str(out / "rollout" / "samples.parquet")
+    optimizer = {}  # optimizer_state: carry: AdamW's state, from iteration to iteration
+    if cfg.train.optimizer_state == "carry":
+        optimizer = {"optimizer_in": out.parent / str(i - 1) / "optimizer"}
+        optimizer["optimizer_out"] = out / "optimizer"
     trained_metrics = tasks.train(
-        cfg, str(model), samples, trained, str(reference), parent or None, i
+        cfg, str(model), samples, trained, str(reference), parent or None, i, **optimizer
     )
     return rollout | trained_metrics
 

@@ -109,15 +109,22 @@ def grpo_step(
     ref_model_dir: str | Path | None = None,
     on_step: Any = None,  # sparring.train.OnStep: each optimizer step's metrics, live
     device: str = "auto",
+    optimizer_in: str | Path | None = None,
+    optimizer_out: str | Path | None = None,
 ) -> Step:
-    """3. One GRPO update; on no signal the checkpoint is copied unchanged."""
+    """3. One GRPO update; on no signal the checkpoint (and optimizer state) are copied
+    unchanged."""
     from sparring.train import NoSignalError, train
 
     ref = ref_model_dir if cfg is not None and cfg.kl_coef > 0 else None
     try:
-        stats = train(model_dir, [samples], out_dir, cfg, ref, on_step, device)
+        stats = train(
+            model_dir, [samples], out_dir, cfg, ref, on_step, device, optimizer_in, optimizer_out
+        )
     except NoSignalError as err:  # every group tied: no gradient, so the policy stays as it was
         print(f"[sparring] train: no learning signal, checkpoint unchanged ({err})", flush=True)
         shutil.copytree(model_dir, out_dir, dirs_exist_ok=True)
+        if optimizer_in and optimizer_out and Path(optimizer_in).is_dir():
+            shutil.copytree(optimizer_in, optimizer_out, dirs_exist_ok=True)
         return Step(Path(out_dir), {"train/no_signal": 1.0, "perf/train_seconds": 0.0})
     return Step(stats.out_dir, {**stats.metrics, "train/no_signal": 0.0})

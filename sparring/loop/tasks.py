@@ -173,19 +173,23 @@ def train(
     ref_model_dir: str | None = None,
     parent_run_id: str | None = None,
     iteration: int = 0,
+    optimizer_in: str | Path | None = None,
+    optimizer_out: str | Path | None = None,
 ) -> dict[str, float]:
     """GRPO on one rollout's samples (`sparring.loop.steps.grpo_step`); a HF checkpoint in
     `out_dir`, unchanged when there is no learning signal (`train/no_signal` = 1). With
     `parent_run_id`, every optimizer step's `train_step/*` metrics go to the iteration's MLflow
-    run while it trains."""
+    run while it trains. With `train.optimizer_state: carry`, AdamW continues from the previous
+    update's `optimizer_in` folder and leaves its state in `optimizer_out`."""
     on_step = None
     if parent_run_id:
         from sparring.tracking import PipelineRun
 
         on_step = PipelineRun.attach(parent_run_id, cfg.tracking).step_logger(iteration)
     trained = steps.grpo_step(
-        model_dir, samples, out_dir, cfg.train, ref_model_dir, on_step, cfg.device
-    )
+        model_dir, samples, out_dir, cfg.train, ref_model_dir, on_step, cfg.device,
+        optimizer_in, optimizer_out,
+    )  # fmt: skip
     return trained.metrics
 
 

@@ -299,3 +299,26 @@ def test_verl_config_errors_name_the_fix(override, message):
                 **override,
             }
         )
+
+
+def test_with_carry_each_train_continues_the_previous_trains_optimizer(tmp_path):
+    from sparring.pipelines.selfplay import compile_pipeline
+
+    cfg = PipelineConfig.model_validate({"iterations": 3, "train": {"optimizer_state": "carry"}})
+    spec = next(
+        yaml.safe_load_all(Path(compile_pipeline(cfg, str(tmp_path / "c.yaml"))).read_text())
+    )
+    dags = [spec["root"], *(c for c in spec["components"].values() if "dag" in c)]
+    keys = {t["taskInfo"]["name"]: k for d in dags for k, t in d["dag"]["tasks"].items()}
+    tasks = {t["taskInfo"]["name"]: t for t in all_tasks(spec)}
+    assert "previous_optimizer" not in tasks["train-0"]["inputs"]["artifacts"]
+    for i in (1, 2):
+        source = tasks[f"train-{i}"]["inputs"]["artifacts"]["previous_optimizer"]
+        assert source["taskOutputArtifact"] == {
+            "producerTask": keys[f"train-{i - 1}"],
+            "outputArtifactKey": "optimizer",
+        }
+    registered = tasks["register-1"]["inputs"]["artifacts"]
+    assert all(
+        a["taskOutputArtifact"]["outputArtifactKey"] != "optimizer" for a in registered.values()
+    )
