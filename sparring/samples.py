@@ -123,12 +123,8 @@ def last_reply_index(assistant_mask: list[int]) -> int:
     return -1
 
 
-def rejected_mask(
-    assistant_mask: list[int], transcript: list[dict[str, Any]], seat: int
-) -> list[int]:
-    """1 on the tokens of `seat`'s replies the game rejected (its transcript entries with
-    `ok` false), 0 elsewhere; the k-th run of 1s in `assistant_mask` is the seat's k-th reply."""
-    oks = [t["ok"] for t in transcript if t["seat"] == seat]
+def reply_spans(assistant_mask: list[int]) -> list[tuple[int, int]]:
+    """[start, end) of each run of 1s in `assistant_mask`: the seat's replies, in order."""
     spans, start = [], None
     for i, m in enumerate([*assistant_mask, 0]):
         if m and start is None:
@@ -136,6 +132,16 @@ def rejected_mask(
         elif not m and start is not None:
             spans.append((start, i))
             start = None
+    return spans
+
+
+def rejected_mask(
+    assistant_mask: list[int], transcript: list[dict[str, Any]], seat: int
+) -> list[int]:
+    """1 on the tokens of `seat`'s replies the game rejected (its transcript entries with
+    `ok` false), 0 elsewhere; the k-th run of 1s in `assistant_mask` is the seat's k-th reply."""
+    oks = [t["ok"] for t in transcript if t["seat"] == seat]
+    spans = reply_spans(assistant_mask)
     if len(spans) != len(oks):
         raise ValueError(f"seat {seat} has {len(spans)} replies but {len(oks)} transcript entries")
     out = [0] * len(assistant_mask)

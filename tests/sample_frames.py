@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from sparring.samples import TokenTrace, last_reply_index
+from sparring.samples import reply_spans as mask_spans  # noqa: F401 - the tests' name
 
 REPLIES = ("[message] hi", "[propose]\nAda: P1", "[accept]", "[reject]", "[message] 42 ok")
 
@@ -48,15 +49,3 @@ def make_samples(tokenizer, rewards: list[float], **columns: list) -> pd.DataFra
     for name, values in columns.items():
         df[name] = values
     return df
-
-
-def mask_spans(mask: list[int]) -> list[tuple[int, int]]:
-    """[start, end) index ranges where `mask` is 1 (each seat reply's tokens)."""
-    spans, start = [], None
-    for i, m in enumerate([*mask, 0]):
-        if m and start is None:
-            start = i
-        elif not m and start is not None:
-            spans.append((start, i))
-            start = None
-    return spans

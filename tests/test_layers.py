@@ -46,23 +46,24 @@ def test_the_layering_contracts_hold(installed):
     assert "4 kept, 0 broken" in result.stdout
 
 
-def test_a_library_module_importing_the_kfp_layer_breaks_them(installed, tmp_path):
-    """The contracts can fail: the loop importing the KFP graph is reported."""
+def lint_with(installed: Path, tmp_path: Path, module: str, imported: str):
+    """The contracts on a copy of the installed tree where `module` also imports `imported`."""
     planted = tmp_path / "planted"
     shutil.copytree(installed, planted)
-    tasks = planted / "sparring" / "loop" / "tasks.py"
-    tasks.write_text(tasks.read_text() + "\nimport sparring.pipelines.selfplay  # noqa\n")
-    result = lint(planted)
+    path = planted.joinpath(*module.split(".")).with_suffix(".py")
+    path.write_text(path.read_text() + f"\nimport {imported}  # noqa\n")
+    return lint(planted)
+
+
+def test_a_library_module_importing_the_kfp_layer_breaks_them(installed, tmp_path):
+    """The contracts can fail: the loop importing the KFP graph is reported."""
+    result = lint_with(installed, tmp_path, "sparring.loop.tasks", "sparring.pipelines.selfplay")
     assert result.returncode != 0
     assert "sparring.loop.tasks -> sparring.pipelines.selfplay" in result.stdout
 
 
 def test_two_packages_importing_each_other_break_them(installed, tmp_path):
     """The acyclic contract can fail: the games importing the trainer, which imports them."""
-    planted = tmp_path / "planted"
-    shutil.copytree(installed, planted)
-    base = planted / "sparring" / "games" / "base.py"
-    base.write_text(base.read_text() + "\nimport sparring.train_config  # noqa\n")
-    result = lint(planted)
+    result = lint_with(installed, tmp_path, "sparring.games.base", "sparring.train_config")
     assert result.returncode != 0
     assert "No two of sparring's packages and modules import each other BROKEN" in result.stdout
