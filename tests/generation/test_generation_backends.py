@@ -341,7 +341,7 @@ def test_cli_rollout_generates_through_the_configured_server(hf, tiny_model_dir,
     app = _Server(hf)
     with serve(app) as url:
         (tmp_path / "ro.yaml").write_text(
-            f"game_params: {{k: 3, max_turns: 2}}\nsampling: {{max_new_tokens: 6}}\n"
+            f"game: {{params: {{k: 3, max_turns: 2}}}}\nsampling: {{max_new_tokens: 6}}\n"
             f"backend: {{name: openai, base_url: '{url}', retries: 0}}\n"
         )
         res = CliRunner().invoke(
