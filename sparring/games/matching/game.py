@@ -112,8 +112,14 @@ class MatchingGame(Game):
 
     @classmethod
     def episode_metrics(cls, plays: list[Play]) -> dict[str, float]:
-        """`agreement_rate`: the share of plays whose game ended in an accepted proposal."""
-        return {"agreement_rate": sum(bool(e["outcome"]["agreed"]) for e, _ in plays) / len(plays)}
+        """`agreement_rate`, the share of plays whose game ended in an accepted proposal, and
+        `reward_given_agreement`, the mean reward of those plays (the deal's quality apart from
+        reaching one; 0 when none agreed)."""
+        agreed = [e["rewards"][seat] for e, seat in plays if e["outcome"]["agreed"]]
+        return {
+            "agreement_rate": len(agreed) / len(plays),
+            "reward_given_agreement": sum(agreed) / len(agreed) if agreed else 0.0,
+        }
 
     def generate_state(self, seed: int) -> dict[str, Any]:
         c = self.cfg

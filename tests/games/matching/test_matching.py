@@ -305,3 +305,15 @@ def test_the_prompt_holds_a_worked_example_the_parser_accepts():
     assert game.parse(example.splitlines()[0])[0]["type"] == "message"
     assert game.step(0, propose).ok
     assert game.messages(1)[-1]["content"].endswith("Reply with [accept] or [reject].")
+
+
+def test_agreement_and_the_deals_quality_are_reported_apart():
+    plays = [
+        ({"outcome": {"agreed": True}, "rewards": [0.9, 0.9]}, 0),
+        ({"outcome": {"agreed": True}, "rewards": [0.5, 0.5]}, 1),
+        ({"outcome": {"agreed": False}, "rewards": [0.0, 0.0]}, 0),
+        ({"outcome": {"agreed": False}, "rewards": [0.0, 0.0]}, 1),
+    ]
+    metrics = MatchingGame.episode_metrics(plays)
+    assert metrics == {"agreement_rate": 0.5, "reward_given_agreement": pytest.approx(0.7)}
+    assert MatchingGame.episode_metrics(plays[2:])["reward_given_agreement"] == 0.0
