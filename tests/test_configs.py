@@ -133,3 +133,13 @@ def test_a_recipe_fixes_dr_grpos_divisor_for_the_whole_run():
     assert cfg.train.loss_scale_factor == 2048  # the longest row the rollout can produce
     capped = PipelineConfig.model_validate({"train": {"max_seq_len": 1024}})
     assert capped.train.loss_scale_factor == 1024
+
+
+def test_no_two_shipped_recipes_compete_for_one_champion():
+    """Each shipped pipeline config registers its own model: their scores are not comparable."""
+    names = {}
+    for path in SHIPPED:
+        if path.name not in CLASSES and "examples" not in path.parts:
+            cfg = PipelineConfig.from_yaml(path)
+            assert cfg.registered_model not in names, (path.name, names.get(cfg.registered_model))
+            names[cfg.registered_model] = path.name
