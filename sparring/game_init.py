@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from tqdm.auto import tqdm
 
 from sparring.games import GameSpec
@@ -24,6 +24,8 @@ SPLITS = {"train": 0, "val": 1}
 
 class GameInitConfig(BaseModel):
     """What game-init generates."""
+
+    model_config = ConfigDict(extra="forbid")
 
     game: GameSpec = Field(default_factory=GameSpec)
     """The game and its rules; the rollout must use the same."""

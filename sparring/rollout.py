@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm.auto import tqdm
 
 from sparring.games import Agent, Game, GameSpec, game_class
@@ -38,6 +38,8 @@ Policy = GenerationBackend | Agent
 
 class RolloutConfig(BaseModel):
     """Settings of one rollout step."""
+
+    model_config = ConfigDict(extra="forbid")  # a misspelt key fails instead of being ignored
 
     game: GameSpec = Field(default_factory=GameSpec)
     """The game and its rules; must match game-init's."""

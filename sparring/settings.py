@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class TrackingConfig(BaseModel):
     """Where and under which experiment a pipeline logs."""
+
+    model_config = ConfigDict(extra="forbid")
 
     # False: no MLflow at all (the benches): checkpoints are still stored, under
     # <storage.root>/<run>/<iteration>/checkpoint, but nothing is logged or registered.

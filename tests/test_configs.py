@@ -143,3 +143,18 @@ def test_no_two_shipped_recipes_compete_for_one_champion():
             cfg = PipelineConfig.from_yaml(path)
             assert cfg.registered_model not in names, (path.name, names.get(cfg.registered_model))
             names[cfg.registered_model] = path.name
+
+
+@pytest.mark.parametrize(
+    "section",
+    [
+        {"rollout": {"sampling": {"temprature": 0.7}}},
+        {"rollout": {"backend": {"nmae": "hf"}}},
+        {"game_init": {"num_tain": 8}},
+        {"eval": {"rollout": {"game_params": {"k": 3}}}},
+        {"tracking": {"experimnet": "x"}},
+    ],
+)
+def test_a_misspelt_key_anywhere_fails_instead_of_being_ignored(section):
+    with pytest.raises(ValueError, match="Extra inputs are not permitted"):
+        PipelineConfig.model_validate(section)

@@ -11,11 +11,13 @@ import zlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class SamplingParams(BaseModel):
     """How to sample one turn."""
+
+    model_config = ConfigDict(extra="forbid")
 
     temperature: float = Field(1.0, ge=0.0)
     """0 means greedy decoding."""

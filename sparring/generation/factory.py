@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sparring.generation.base import GenerationBackend
 
@@ -19,6 +19,8 @@ BACKENDS = ("hf", "sglang", "openai")
 
 class BackendConfig(BaseModel):
     """Which engine generates the model's turns, and its settings."""
+
+    model_config = ConfigDict(extra="forbid")
 
     name: Literal["hf", "sglang", "openai"] = "hf"
     """hf = transformers (CPU or GPU), sglang = offline SGLang Engine, openai = remote server."""
