@@ -14,6 +14,55 @@ import pytest
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+# The files that take minutes on 2 cores, longest first (minutes at 6b19596). The workers take
+# these first, then the rest in collection order: the longest processing time first, so that
+# no worker starts a long file while the other is nearly done.
+LONGEST_FIRST = (
+    "tests/pipeline/test_kfp_backend.py",  # 9, then test_pipeline_e2e.py (TOGETHER)
+    "tests/test_bench_smoke.py",  # 5
+    "tests/test_config_examples.py",  # 5
+    "tests/pipeline/test_shards.py",  # 2
+    "tests/test_registry.py",
+    "tests/verl_backend/test_verl_task.py",
+    "tests/pipeline/test_tasks.py",
+    "tests/test_samples.py",
+    "tests/games/textarena/test_textarena_spine.py",
+    "tests/test_helm.py",
+    "tests/pipeline/test_kfp_contract.py",
+)
+# Files that share an expensive session fixture run as one unit, on one worker: kfp.local's
+# `tiny_run` (tests/pipeline/conftest.py, 3 minutes).
+TOGETHER = {"tests/pipeline/test_pipeline_e2e.py": "tests/pipeline/test_kfp_backend.py"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """LONGEST_FIRST's files first, each file's tests still together and in order."""
+
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        path = TOGETHER.get(path, path)
+        return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """`--dist loadfile`, with TOGETHER's files one unit, handed out in collection order (not
+    by number of tests, xdist's default, which puts these few-test files last)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return TOGETHER.get(path, path)
+
+    config.option.loadscopereorder = False
+    return Scheduling(config, log)
+
+
 class _FramesWithoutSource:
     """`inspect` for kfp.dsl.pipeline_task, whose `stack()` leaves out the frames' source."""
 
