@@ -286,8 +286,10 @@ def _model_turns(
         if lg.truncated:  # another seat of this game outgrew the context in this call
             continue
         lg.game.step(seat, out.text)
-        # The game appended our text as the seat's last assistant message; record its ids.
-        lg.traces[seat].reply(_through_reply(lg.game.messages(seat), out.text), out.token_ids)
+        # The game appended our text as the seat's last assistant message; record its ids
+        # and the engine's log-probs of them.
+        messages = _through_reply(lg.game.messages(seat), out.text)
+        lg.traces[seat].reply(messages, out.token_ids, out.log_probs)
     return 1
 
 

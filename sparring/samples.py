@@ -22,6 +22,9 @@ One samples row per (game, seat):
     data_source, reward_model     verl-compatible: {normalized_reward, game_state (JSON)}
     num_turns, invalid_actions    int
     rejected_mask    list[int]    1 on the tokens of replies the game rejected   (T,)
+    rollout_log_probs  list[float] | None  the engine's log-prob of each generated token   (T,)
+                     (0 elsewhere); None for a scripted seat or an engine that gave none
+The rollout adds `temperature` and `top_p` for model seats (how their tokens were sampled).
 """
 
 from __future__ import annotations
@@ -48,6 +51,10 @@ class TokenTrace:
     tokenizer: Any
     input_ids: list[int] = field(default_factory=list)
     assistant_mask: list[int] = field(default_factory=list)
+    rollout_log_probs: list[float] = field(default_factory=list)
+    """The engine's log-prob of each generated token, 0 on every other token (as `input_ids`)."""
+    scored: bool = True
+    """Every reply so far came with its log-probs (else `rollout_log_probs` is meaningless)."""
     _rendered: str = ""  # template text that `input_ids` already covers
 
     def _render(self, messages: list[dict[str, str]], generation_prompt: bool) -> str:
@@ -59,6 +66,7 @@ class TokenTrace:
         ids = self.tokenizer.encode(text, add_special_tokens=False) if text else []
         self.input_ids += ids
         self.assistant_mask += [mask] * len(ids)
+        self.rollout_log_probs += [0.0] * len(ids)
         self._rendered += text
 
     def prompt(self, messages: list[dict[str, str]]) -> list[int]:
@@ -74,11 +82,17 @@ class TokenTrace:
         self._append_text(full[len(self._rendered) :], 0)
         return list(self.input_ids)
 
-    def reply(self, messages: list[dict[str, str]], generated_ids: list[int] | None) -> None:
+    def reply(
+        self,
+        messages: list[dict[str, str]],
+        generated_ids: list[int] | None,
+        log_probs: list[float] | None = None,
+    ) -> None:
         """Add the seat's reply, which is `messages[-1]` (an assistant message).
 
         `generated_ids` are the model's ids (ending with EOS unless cut by length); None means
-        a scripted reply, tokenized here and closed with EOS, all with mask 1.
+        a scripted reply, tokenized here and closed with EOS, all with mask 1. `log_probs` are
+        the engine's, one per generated id (None: the trace is no longer `scored`).
         """
         content = messages[-1]["content"]
         eos_id, eos_text = self.tokenizer.eos_token_id, self.tokenizer.eos_token
@@ -97,8 +111,12 @@ class TokenTrace:
         ids = generated_ids
         if ids is None:
             ids = self.tokenizer.encode(shown, add_special_tokens=False) + [eos_id]
+        if log_probs is not None and len(log_probs) != len(ids):
+            raise ValueError(f"{len(log_probs)} log-probs for a reply of {len(ids)} tokens")
+        self.scored = self.scored and log_probs is not None
         self.input_ids += ids
         self.assistant_mask += [1] * len(ids)
+        self.rollout_log_probs += list(log_probs) if log_probs is not None else [0.0] * len(ids)
         self._rendered += shown
         tail = closed[len(self._rendered) :]
         if ids and ids[-1] == eos_id and tail.startswith(eos_text):
@@ -186,6 +204,7 @@ def sample_row(episode: Any, seat: int, trace: TokenTrace) -> dict[str, Any] | N
         "num_turns": episode.num_turns,
         "invalid_actions": episode.invalid_actions[seat],
         "rejected_mask": rejected_mask(mask, episode.transcript, seat),
+        "rollout_log_probs": trace.rollout_log_probs[: end + 1] if trace.scored else None,
     }
 
 

@@ -58,7 +58,7 @@ def tokenizers(smollm2_dir) -> dict:
     return out
 
 
-def play(tok, replies, generated: list[list[int]] | None = None):
+def play(tok, replies, generated: list[list[int]] | None = None, log_probs=None):
     """A seat's conversation built turn by turn: (trace, messages through its last reply)."""
     trace = TokenTrace(tok)
     messages = [
@@ -68,7 +68,8 @@ def play(tok, replies, generated: list[list[int]] | None = None):
     for i, reply in enumerate(replies):
         trace.prompt(messages)
         messages = [*messages, {"role": "assistant", "content": reply}]
-        trace.reply(messages, None if generated is None else generated[i])
+        lp = None if log_probs is None else log_probs[i]
+        trace.reply(messages, None if generated is None else generated[i], lp)
         messages = [*messages, {"role": "user", "content": "Partner: [reject]\n\nYour turn."}]
     return trace, messages[:-1]
 
@@ -117,3 +118,24 @@ def test_qwen3_style_templates_are_rejected_clearly(tokenizers):
     assert trace.input_ids == tok.apply_chat_template(messages, tokenize=True)["input_ids"]
     with pytest.raises(TemplateError, match="re-renders earlier turns.*Ada likes P1"):
         play(tok, [thinking, REPLIES[1]])
+
+
+def test_rollout_log_probs_sit_on_the_generated_tokens(tokenizers):
+    """The engine's log-prob of each generated id lands on that id's position (0 elsewhere);
+    a scripted reply (no log-probs) leaves the trace unscored, and a count that does not match
+    the reply is refused."""
+    tok = tokenizers["smollm2"]
+    generated = [tok.encode(r, add_special_tokens=False) + [tok.eos_token_id] for r in REPLIES]
+    log_probs = [[-0.1 * (k + 1) - i for k in range(len(g))] for i, g in enumerate(generated)]
+    trace, _ = play(tok, [tok.decode(g[:-1]) for g in generated], generated, log_probs)
+    assert trace.scored and len(trace.rollout_log_probs) == len(trace.input_ids)
+    spans = mask_spans(trace.assistant_mask)
+    assert [trace.rollout_log_probs[a:b] for a, b in spans] == log_probs
+    outside = [
+        x for x, m in zip(trace.rollout_log_probs, trace.assistant_mask, strict=True) if not m
+    ]
+    assert set(outside) == {0.0}
+    scripted, _ = play(tok, REPLIES[:2], generated[:2], [log_probs[0], None])
+    assert not scripted.scored
+    with pytest.raises(ValueError, match="2 log-probs for a reply of"):
+        play(tok, REPLIES[:1], generated[:1], [[-1.0, -2.0]])

@@ -1,7 +1,8 @@
 """The generation backend interface.
 
 The rollout engine hands a backend a batch of token-id prompts and gets back one completion
-each. Backends own batching, padding and device placement; games and the rollout never see
+each: the generated ids, their text and the log-prob of each sampled token (the samples'
+`rollout_log_probs`, which the trainer compares with its own). Backends own batching, padding and device placement; games and the rollout never see
 them. A second backend (SGLang) only has to implement `generate`.
 """
 
@@ -57,6 +58,11 @@ class Completion:
     """Decoded text without special tokens."""
     finish_reason: str
     """"stop" (hit a stop token) or "length" (hit max_new_tokens)."""
+    log_probs: list[float] | None = None
+    """Log-prob of each of `token_ids` under the distribution it was drawn from: the logits
+    divided by the temperature (renormalized over the top-p set when top_p < 1; the raw
+    logits when greedy), as the trainer scores them. None when the engine did not return
+    them (then the trainer cannot measure or correct the rollout-trainer mismatch)."""
 
 
 class GenerationBackend(ABC):

@@ -25,7 +25,9 @@ packed once for oneDNN (`packed_linear`), not re-packed by every GEMM call.
 
 Prefill is compute-bound and gains nothing from huge batches; decoding is where batching
 pays. Sampling applies transformers' temperature / top-p logits warpers, then draws by
-inverse transform (`sample_tokens`).
+inverse transform (`sample_tokens`). Each drawn token's log-prob under those warped logits
+(`token_log_prob`) comes back with the completion: the rollout log-probs the trainer compares
+with its own.
 `forward_seconds` accumulates wall time inside the model's forward passes.
 """
 
@@ -159,6 +161,7 @@ class HFBackend(GenerationBackend):
         draws = _uniforms(seeds, params.max_new_tokens).to(dev)
         stop = torch.tensor(self.stop_ids, device=dev)
         rows = torch.full((b, params.max_new_tokens), self.pad_id, device=dev)  # (B, steps)
+        log_probs = torch.zeros(b, params.max_new_tokens, device=dev)  # (B, steps)
         alive = torch.arange(b, device=dev)  # the batch row of each cache row
         done = torch.zeros(b, dtype=torch.bool, device=dev)  # per cache row
         for step in range(params.max_new_tokens):
@@ -170,6 +173,7 @@ class HFBackend(GenerationBackend):
                 nxt = logits.argmax(-1)  # (B_alive,)
             nxt = torch.where(done, self.pad_id, nxt)
             rows[alive, step] = nxt
+            log_probs[alive, step] = token_log_prob(logits, nxt)
             done |= torch.isin(nxt, stop)
             if bool(done.all()) or step == params.max_new_tokens - 1:
                 break
@@ -190,7 +194,11 @@ class HFBackend(GenerationBackend):
             )
         if sessions:
             self._store(sessions, prompts, rows, cache, lmax, alive, torch.ones_like(done))
-        return [self._completion(r) for r in rows[:, : step + 1].tolist()]
+        n = step + 1
+        return [
+            self._completion(r, lp)
+            for r, lp in zip(rows[:, :n].tolist(), log_probs[:, :n].tolist(), strict=True)
+        ]
 
     def _prefill(
         self,
@@ -340,9 +348,10 @@ class HFBackend(GenerationBackend):
             self._sessions[session] = (fed, kv)
             held += len(fed) - old
 
-    def _completion(self, row: list[int]) -> Completion:
-        """Cut a generated row at its first stop token (keeping it only if it is EOS)."""
-        out = trim_reply(row, self.tokenizer, self.eos_ids, self.stop_ids)
+    def _completion(self, row: list[int], log_probs: list[float]) -> Completion:
+        """Cut a generated row and its log-probs at its first stop token (keeping it only if
+        it is EOS)."""
+        out = trim_reply(row, self.tokenizer, self.eos_ids, self.stop_ids, log_probs)
         self.generated_tokens += len(out.token_ids)
         return out
 
@@ -369,6 +378,14 @@ def sample_tokens(logits: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     cdf = torch.softmax(logits, -1).cumsum(-1)  # (B, V)
     u = uniforms[:, None].to(cdf.dtype) * cdf[:, -1:]  # (B, 1)
     return torch.searchsorted(cdf, u, right=True)[:, 0].clamp_max(cdf.shape[1] - 1)
+
+
+def token_log_prob(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """log softmax(`logits`)[token] per row (B,): `logits` (B, V) as the tokens were drawn from
+    them (after the temperature and top-p warpers, whose -inf entries drop out), the same fp32
+    `logit - logsumexp` the trainer computes (`sparring.logprobs`)."""
+    picked = logits.gather(-1, tokens[:, None]).squeeze(-1)  # (B,)
+    return picked - torch.logsumexp(logits, dim=-1)
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:

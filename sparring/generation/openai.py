@@ -14,6 +14,15 @@ them (vLLM with `return_token_ids`); otherwise the text is re-tokenized and EOS 
 "stop" finish, which can differ from the sampled ids at rare token boundaries (`retokenized`
 counts such replies).
 
+Log-probs: every request asks for `logprobs: 1` (the legacy completions API's count of top
+alternatives; the sampled token's own log-prob always comes with it), and
+`choices[0].logprobs.token_logprobs` become the completion's `log_probs`, aligned with the
+returned token ids (none for a re-tokenized reply). Which distribution they describe is the
+server's setting: SGLang returns the sampled one (temperature-scaled, top-p renormalized)
+unless `SGLANG_RETURN_ORIGINAL_LOGPROB=1`; vLLM returns the raw temperature-1 log-probs unless
+it runs with `--logprobs-mode processed_logprobs`. Serve vLLM with that flag: otherwise at a
+temperature other than 1 every token reads as a mismatch (`train/mismatch_kl`).
+
 Weight hand-off between iterations: SGLang serves `POST /update_weights_from_disk
 {"model_path": ...}` (see `update_weights_from_disk`); vLLM has no such endpoint, so restart
 its deployment on the new checkpoint (the pipeline's rollout step does this by pointing the
@@ -53,6 +62,7 @@ def completion_request(
         "stop_token_ids": list(stop_ids),
         "skip_special_tokens": False,
         "return_token_ids": True,
+        "logprobs": 1,  # the sampled token's log-prob (plus one alternative, unused)
     }
     if seed is not None:
         body["seed"] = seed
@@ -142,12 +152,16 @@ class OpenAIBackend(GenerationBackend):
         """Map one `/v1/completions` response (a single choice) to a Completion."""
         choice = response["choices"][0]
         ids = choice.get("token_ids")
+        log_probs = (choice.get("logprobs") or {}).get("token_logprobs")
         if ids is None:
             self.retokenized += 1
             ids = self.tokenizer.encode(choice["text"], add_special_tokens=False)
             if choice.get("finish_reason") == "stop":
                 ids.append(self.eos_ids[0])
-        return trim_reply(ids, self.tokenizer, self.eos_ids, self.stop_ids)
+            log_probs = None  # they belong to the sampled ids, not to these
+        if log_probs is not None and None in log_probs[: len(ids)]:
+            log_probs = None
+        return trim_reply(ids, self.tokenizer, self.eos_ids, self.stop_ids, log_probs)
 
 
 def _api_key(env_name: str | None) -> str | None:

@@ -13,6 +13,13 @@ long-lived engine can instead load new weights in place with
 `engine.update_weights_from_disk(model_path)` (same architecture, new safetensors; the radix
 cache is flushed), which `load_weights` wraps.
 
+Log-probs: every request asks for `return_logprob`, and `meta_info.output_token_logprobs`
+(`[logprob, token_id, text]` per generated token) become the completion's `log_probs`. SGLang's
+sampler returns them for the distribution it sampled from: the logits divided by the
+temperature (top-p renormalized), what the trainer scores, unless the server runs with
+`SGLANG_RETURN_ORIGINAL_LOGPROB=1`, which returns the raw temperature-1 log-probs instead: leave
+it unset (with it, `train/mismatch_kl` shows the temperature gap, as the trainer's tests do).
+
 Verified on CPU: the request and response mapping (`sampling_request`, `to_completions`) on
 realistic payloads. Not run here (no GPU, SGLang not installable): the Engine itself.
 """
@@ -51,7 +58,8 @@ def sampling_request(
 def to_completions(
     outputs: list[dict[str, Any]], tokenizer: Any, eos_ids: list[int], stop_ids: list[int]
 ) -> list[Completion]:
-    """Map SGLang output dicts (`output_ids`, `text`, `meta_info.finish_reason`) to Completions.
+    """Map SGLang output dicts (`output_ids`, `text`, `meta_info.finish_reason`,
+    `meta_info.output_token_logprobs`) to Completions.
 
     The ids are authoritative: the text is re-decoded from them (so text == decode(ids), as in
     every backend). If SGLang reports a token-id stop (`{"type": "stop", "matched": id}`) whose
@@ -70,8 +78,27 @@ def to_completions(
         matched = reason.get("matched") if reason.get("type") == "stop" else None
         if isinstance(matched, int) and matched in stop_ids and (not ids or ids[-1] != matched):
             ids.append(matched)
-        completions.append(trim_reply(ids, tokenizer, eos_ids, stop_ids))
+        log_probs = output_log_probs(ids, (out.get("meta_info") or {}).get("output_token_logprobs"))
+        completions.append(trim_reply(ids, tokenizer, eos_ids, stop_ids, log_probs))
     return completions
+
+
+def output_log_probs(ids: list[int], entries: list[list[Any]] | None) -> list[float] | None:
+    """The log-probs SGLang's `output_token_logprobs` give for `ids` (`[logprob, token_id,
+    text]` per generated token, in order): one per id, or fewer when SGLang scored no put-back
+    stop token (`trim_reply` then keeps them only if the cut reply is covered). Entries naming
+    other tokens than `ids` are a protocol error."""
+    if not entries:
+        return None
+    named = [int(e[1]) for e in entries[: len(ids)]]
+    if named != ids[: len(named)]:
+        raise ValueError(
+            f"SGLang's output_token_logprobs name tokens {named[:8]}... but output_ids are "
+            f"{ids[:8]}...; the log-probs would score other tokens than the sampled ones"
+        )
+    if any(e[0] is None for e in entries[: len(ids)]):
+        return None
+    return [float(e[0]) for e in entries[: len(ids)]]
 
 
 def _import_sglang() -> Any:
@@ -117,6 +144,7 @@ class SGLangBackend(GenerationBackend):
             sampling_params=sampling_request(
                 params, self.stop_ids, seeds or row_seeds(params.seed, len(prompts), sessions)
             ),
+            return_logprob=True,  # meta_info.output_token_logprobs: the rollout log-probs
         )
         completions = to_completions(outputs, self.tokenizer, self.eos_ids, self.stop_ids)
         self.generated_tokens += sum(len(c.token_ids) for c in completions)

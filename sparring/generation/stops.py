@@ -28,12 +28,21 @@ def until_stop(row: list[int], stop_ids: list[int]) -> list[int]:
 
 
 def trim_reply(
-    row: list[int], tokenizer: Any, eos_ids: list[int], stop_ids: list[int]
+    row: list[int],
+    tokenizer: Any,
+    eos_ids: list[int],
+    stop_ids: list[int],
+    log_probs: list[float] | None = None,
 ) -> Completion:
-    """Cut generated ids at the first stop token (keeping it only if it is EOS) and decode."""
+    """Cut generated ids at the first stop token (keeping it only if it is EOS) and decode.
+    `log_probs` (one per id of `row`, or fewer, or None) are cut with them; log-probs that do
+    not cover every kept id are dropped (None)."""
     ids = until_stop(list(row), stop_ids)
     stopped = bool(ids) and ids[-1] in stop_ids
     if stopped and ids[-1] not in eos_ids:
         ids = ids[:-1]
     text = tokenizer.decode(ids, skip_special_tokens=True)
-    return Completion(ids, text, "stop" if stopped else "length")
+    kept = None
+    if log_probs is not None and len(log_probs) >= len(ids):
+        kept = [float(x) for x in log_probs[: len(ids)]]
+    return Completion(ids, text, "stop" if stopped else "length", kept)

@@ -117,6 +117,78 @@ def test_sglang_outputs_map_to_completions(tokenizer):
     assert all(c.text == tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in got)
 
 
+def test_sglang_log_probs_follow_the_output_ids(tokenizer):
+    """`meta_info.output_token_logprobs` ([logprob, token_id, text] per generated token, as
+    SGLang returns with return_logprob) become each completion's log-probs, cut with the ids."""
+    eos_ids, stop_ids = turn_stop_ids(tokenizer)
+    words = tokenizer.encode("[message] hello there", add_special_tokens=False)
+
+    def output(ids, scored, reason):
+        meta = {"finish_reason": reason}
+        if scored is not None:
+            meta["output_token_logprobs"] = [
+                [-0.25 * (i + 1), t, None] for i, t in enumerate(scored)
+            ]
+        return {"output_ids": ids, "meta_info": meta}
+
+    stop = {"type": "stop", "matched": EOS}
+    got = to_completions(
+        [
+            output(words + [EOS], words + [EOS], stop),  # the stop token is scored too
+            output(
+                words[:2] + [ENDOFTEXT, 5],  # a non-EOS special token: cut with its log-prob
+                words[:2] + [ENDOFTEXT, 5],
+                {"type": "stop", "matched": ENDOFTEXT},
+            ),
+            output(words[:3], words[:3] + [EOS], stop),  # the server trimmed the stop id
+            output(words[:3], words[:3], stop),  # ... and its log-prob: none for the reply
+            output(words[:4], None, {"type": "length", "length": 4}),  # not asked for
+        ],
+        tokenizer,
+        eos_ids,
+        stop_ids,
+    )
+    n = len(words)
+    assert got[0].log_probs == [-0.25 * (i + 1) for i in range(n + 1)]
+    assert got[1].log_probs == [-0.25, -0.5] and got[1].token_ids == words[:2]
+    assert got[2].log_probs == [-0.25, -0.5, -0.75, -1.0] and got[2].token_ids[-1] == EOS
+    assert got[3].log_probs is None and got[4].log_probs is None
+    with pytest.raises(ValueError, match="score other tokens than the sampled ones"):
+        to_completions([output(words, words[::-1], stop)], tokenizer, eos_ids, stop_ids)
+
+
+def test_sglang_backend_asks_the_engine_for_log_probs(tokenizer):
+    """`SGLangBackend.generate` against an engine that answers as `sglang.Engine.generate`
+    does (the real engine needs a GPU): it asks for return_logprob and keeps them."""
+    eos_ids, stop_ids = turn_stop_ids(tokenizer)
+    calls = []
+
+    class Engine:
+        def generate(self, **kwargs):
+            calls.append(kwargs)
+            return [
+                {
+                    "output_ids": [7, 8, EOS],
+                    "meta_info": {
+                        "finish_reason": {"type": "stop", "matched": EOS},
+                        "output_token_logprobs": [
+                            [-1.5, 7, None],
+                            [-0.5, 8, None],
+                            [-0.1, EOS, None],
+                        ],
+                    },
+                }
+                for _ in kwargs["input_ids"]
+            ]
+
+    backend = SGLangBackend.__new__(SGLangBackend)  # no sglang.Engine to start here
+    backend.tokenizer, backend.eos_ids, backend.stop_ids = tokenizer, eos_ids, stop_ids
+    backend.engine, backend.generated_tokens = Engine(), 0
+    (out,) = backend.generate([[5, 6]], SamplingParams(temperature=0.7, max_new_tokens=4))
+    assert calls[0]["return_logprob"] is True and calls[0]["input_ids"] == [[5, 6]]
+    assert out.token_ids == [7, 8, EOS] and out.log_probs == [-1.5, -0.5, -0.1]
+
+
 def test_sglang_mapping_errors_are_clear(tokenizer):
     eos_ids, stop_ids = turn_stop_ids(tokenizer)
     with pytest.raises(RuntimeError, match="aborted.*out of memory"):
@@ -182,6 +254,14 @@ class _Server:
             choice = {"index": 0, "text": out.text, "finish_reason": out.finish_reason}
             if self.return_token_ids:
                 choice["token_ids"] = out.token_ids
+            if body.get("logprobs") is not None:  # the legacy completions API's logprobs object
+                tokens = [self.backend.tokenizer.decode([t]) for t in out.token_ids]
+                choice["logprobs"] = {
+                    "tokens": tokens,
+                    "token_logprobs": out.log_probs,
+                    "top_logprobs": [{t: lp} for t, lp in zip(tokens, out.log_probs, strict=True)],
+                    "text_offset": [0] * len(tokens),
+                }
             return 200, {"object": "text_completion", "choices": [choice]}
         finally:
             with self.lock:
@@ -218,6 +298,7 @@ def test_openai_request_body_uses_token_ids():
     body = completion_request([5, 6], SamplingParams(max_new_tokens=9, seed=None), "m", [2], 4)
     assert body["prompt"] == [5, 6] and body["max_tokens"] == 9 and body["seed"] == 4
     assert body["stop_token_ids"] == [2] and body["return_token_ids"] is True
+    assert body["logprobs"] == 1  # the sampled token's log-prob comes with the top-1
 
 
 def test_openai_backend_matches_hf_token_for_token(hf, tiny_model_dir, tokenizer, monkeypatch):
@@ -237,6 +318,7 @@ def test_openai_backend_matches_hf_token_for_token(hf, tiny_model_dir, tokenizer
     want = [hf.generate([p], params)[0] for p in prompts]
     assert [c.token_ids for c in got] == [c.token_ids for c in want]
     assert [c.text for c in got] == [c.text for c in want]
+    assert [c.log_probs for c in got] == [c.log_probs for c in want]  # the server's, aligned
     assert [r["prompt"] for r in app.requests] != [] and app.max_inflight == 2
     assert sorted(map(tuple, (r["prompt"] for r in app.requests))) == sorted(map(tuple, prompts))
     assert {r["model"] for r in app.requests} == {"tiny"}
@@ -251,7 +333,7 @@ def test_openai_backend_retokenizes_when_server_omits_ids(hf, tiny_model_dir, to
         remote = OpenAIBackend(str(tiny_model_dir), url)
         (got,) = remote.generate(_prompts(tokenizer)[:1], params)
     (want,) = hf.generate(_prompts(tokenizer)[:1], params)
-    assert remote.retokenized == 1
+    assert remote.retokenized == 1 and got.log_probs is None  # they scored other ids
     assert got.text == want.text and got.finish_reason == want.finish_reason
     assert got.text == tokenizer.decode(got.token_ids, skip_special_tokens=True)
 

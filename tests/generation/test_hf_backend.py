@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
 from sparring.generation.base import SamplingParams
 from sparring.generation.hf import HFBackend, _groups, sample_tokens
@@ -173,6 +174,34 @@ def test_sampled_tokens_follow_the_softmax():
     want = torch.softmax(logits[0], -1)
     assert counts[4] == 0
     assert torch.allclose(counts, want, atol=0.01), (counts, want)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=0.7, max_new_tokens=10, seed=3),
+        SamplingParams(temperature=1.3, top_p=0.8, max_new_tokens=10, seed=4),
+        GREEDY,
+    ],
+    ids=["T0.7", "T1.3-top_p0.8", "greedy"],
+)
+def test_completions_carry_the_log_probs_of_the_sampled_distribution(sharp_model, prompts, params):
+    """Each generated token's log-prob is that of the distribution it was drawn from: the plain
+    full forward's logits over prompt + earlier tokens, divided by the temperature and
+    renormalized over the top-p set (the raw logits when greedy). Batched, cached and with
+    rows leaving the batch as they stop, as a rollout generates."""
+    model = AutoModelForCausalLM.from_pretrained(sharp_model).eval()
+    backend = HFBackend(sharp_model, device="cpu", prefill_tokens=300)
+    for prompt, out in zip(prompts, backend.generate(prompts, params), strict=True):
+        assert out.log_probs is not None and len(out.log_probs) == len(out.token_ids)
+        with torch.no_grad():
+            ids = torch.tensor([prompt + out.token_ids])
+            logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()  # (n, V)
+        if params.temperature > 0:
+            logits = TemperatureLogitsWarper(params.temperature)(None, logits)
+            logits = TopPLogitsWarper(params.top_p)(None, logits)  # top_p 1 keeps every token
+        want = torch.log_softmax(logits, -1).gather(-1, torch.tensor(out.token_ids)[:, None])
+        torch.testing.assert_close(torch.tensor(out.log_probs), want[:, 0], atol=1e-4, rtol=0)
 
 
 def test_a_sessions_draws_do_not_depend_on_its_batch(tiny_model_dir, tokenizer):
