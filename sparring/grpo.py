@@ -140,8 +140,10 @@ def policy_loss(
     advantages: torch.Tensor,  # (B, T)
     response_mask: torch.Tensor,  # (B, T)
     config: ActorConfig,
+    rollout_is_weights: torch.Tensor | None = None,  # (B, T) detached, sparring.rollout_correction
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """verl's clipped PPO loss ("vanilla" `compute_policy_loss`): (loss, clip/KL diagnostics)."""
+    """verl's clipped PPO loss ("vanilla" `compute_policy_loss`): (loss, clip/KL diagnostics).
+    With `rollout_is_weights`, verl multiplies each token's loss by its weight."""
     loss_fn = core_algos.get_policy_loss_fn("vanilla")
     loss, metrics = loss_fn(
         old_log_prob=old_log_prob,
@@ -150,6 +152,7 @@ def policy_loss(
         response_mask=response_mask,
         loss_agg_mode=config.loss_agg_mode,
         config=config,
+        rollout_is_weights=rollout_is_weights,
     )
     return loss, {k.removeprefix("actor/"): v for k, v in metrics.items()}
 

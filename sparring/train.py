@@ -5,13 +5,16 @@
 
 Steps (numbered as in the code):
   1. load samples, build right-padded token tensors; the loss covers only `assistant_mask` tokens
-  2. old log-probs with the current weights (no grad, micro-batches)
+  2. old log-probs with the current weights (no grad, micro-batches); in `bypass_mode` the
+     rollout engine's log-probs instead, with no pass
   3. reference log-probs when KL is on (the start checkpoint unless another is given)
   4. advantages: verl's `compute_grpo_outcome_advantage`, `index` = the chosen group key
   5. `epochs` PPO epochs of AdamW steps over shuffled mini-batches, with gradient
      accumulation over micro-batches and grad-norm clipping; loss = verl's clipped policy loss
-     (+ kl_coef * KL, - entropy_coef * entropy)
-  6. save a HF checkpoint (safetensors + tokenizer) and metrics.json
+     (times truncated importance weights with `rollout_is`; + kl_coef * KL,
+     - entropy_coef * entropy)
+  6. the rollout-trainer mismatch (`train/mismatch_kl`, `train/mismatch_frac_out`:
+     sparring.rollout_correction), then a HF checkpoint (safetensors + tokenizer), metrics.json
 
 Old log-probs of the first mini-batch are taken from its own first forward pass: it runs on the
 start weights, so they are exactly what a separate pass would give (dropout stays off), and the
@@ -34,7 +37,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer
 
-from sparring import grpo, logprobs, policy_model
+from sparring import grpo, logprobs, policy_model, rollout_correction
 from sparring.device import pick_device
 from sparring.rae import RoleBaseline
 from sparring.samples import GENERIC_GROUP_KEYS, read_samples
@@ -66,28 +69,42 @@ class Batch:
     response_mask: torch.Tensor  # (B, T-1) float, 1 where token t+1 is the seat's own
     token_rewards: torch.Tensor  # (B, T-1) the seat's reward on its last own token
     temperature: torch.Tensor  # (B,) the temperature each row was sampled at
+    # (B, T-1) the engine's log-prob of token t+1 on response positions, 0 elsewhere; NaN on
+    # the rows without them (scripted seats, older samples); None when no row has them
+    rollout_log_prob: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
+    @property
+    def scored(self) -> torch.Tensor:
+        """(B,) bool: the rows that carry the engine's log-probs."""
+        if self.rollout_log_prob is None:
+            return torch.zeros(len(self), dtype=torch.bool)
+        return ~self.rollout_log_prob.isnan().any(1)
+
     def select(self, rows: list[int]) -> Batch:
         """Rows `rows`, trimmed to their longest sequence."""
         t = int(self.attention_mask[rows].sum(1).max())
+        rollout = self.rollout_log_prob
         return Batch(
             self.input_ids[rows, :t],
             self.attention_mask[rows, :t],
             self.response_mask[rows, : t - 1],
             self.token_rewards[rows, : t - 1],
             self.temperature[rows],
+            None if rollout is None else rollout[rows, : t - 1],
         )
 
     def to(self, device: torch.device) -> Batch:
+        rollout = self.rollout_log_prob
         return Batch(
             self.input_ids.to(device),
             self.attention_mask.to(device),
             self.response_mask.to(device),
             self.token_rewards.to(device),
             self.temperature.to(device),
+            None if rollout is None else rollout.to(device),
         )
 
 
@@ -145,7 +162,30 @@ def collate(df: pd.DataFrame, pad_id: int | None, max_len: int | None = None) ->
         rew[i, :n] = torch.as_tensor(np.array(r[:n], dtype=np.float32))
     if mask[:, 1:].sum() == 0:
         raise ValueError("no assistant tokens to train on (assistant_mask is 0 everywhere)")
-    return Batch(ids, attn, mask[:, 1:], rew[:, 1:], sampling_temperature(df))
+    rollout = rollout_log_probs(df, lengths, t)
+    return Batch(ids, attn, mask[:, 1:], rew[:, 1:], sampling_temperature(df), rollout)
+
+
+def rollout_log_probs(df: pd.DataFrame, lengths: list[int], t: int) -> torch.Tensor | None:
+    """(B, T-1) the samples' `rollout_log_probs` (aligned with `input_ids`, cut to `lengths`),
+    shifted like the response mask; NaN rows where a row has none, None where no row has."""
+    if "rollout_log_probs" not in df.columns:
+        return None
+    values = [None if v is None or np.ndim(v) == 0 else v for v in df.rollout_log_probs]
+    if all(v is None for v in values):
+        return None
+    out = torch.zeros(len(df), t)  # (B, T)
+    for i, (v, x, n) in enumerate(zip(values, df.input_ids, lengths, strict=True)):
+        if v is None:
+            out[i] = float("nan")
+        elif len(v) != len(x):
+            raise ValueError(
+                f"sample {i}: rollout_log_probs has {len(v)} entries for {len(x)} input_ids; "
+                "they must align (rewrite it with the rollout)"
+            )
+        else:
+            out[i, :n] = torch.as_tensor(np.array(v[:n], dtype=np.float32))
+    return out[:, 1:]
 
 
 def sampling_temperature(df: pd.DataFrame) -> torch.Tensor:
@@ -415,15 +455,27 @@ def grpo_update(
     on_step: OnStep | None = None,
     carry: dict[str, Any] | None = None,
 ) -> dict[str, float]:
-    """Steps 2, 3 and 5 on a loaded model: old/ref log-probs, then PPO epochs. Returns metrics."""
+    """Steps 2, 3, 5 and 6's mismatch on a loaded model: old/ref log-probs, then PPO epochs.
+    Returns metrics."""
     plan = schedule(len(batch), cfg)
-    # 2. old log-probs: a no-grad pass for rows outside the first mini-batch (filled lazily there)
-    old_log_prob = torch.zeros_like(batch.response_mask)  # (B, T-1)
-    known = torch.ones(len(batch), dtype=torch.bool)  # (B,)
-    known[plan[0]] = False
-    later = known.nonzero()[:, 0].tolist()
-    if later:
-        old_log_prob[later] = batched_log_probs(model, batch, later, cfg, device)
+    rollout = batch.rollout_log_prob  # (B, T-1), NaN rows where unknown, or None
+    if (cfg.bypass_mode or cfg.rollout_is) and not batch.scored.all():
+        raise ValueError(
+            f"{'bypass_mode' if cfg.bypass_mode else 'rollout_is'} needs the rollout's "
+            f"log-probs, but {int((~batch.scored).sum())} of {len(batch)} samples have no "
+            "rollout_log_probs (scripted seats, or samples from an older rollout); roll out "
+            "again, or set rollout_is: null and bypass_mode: false"
+        )
+    # 2. old log-probs. `start_log_prob`: the start weights' own, from a no-grad pass for rows
+    # outside the first mini-batch and from the first mini-batch's forward for its rows
+    # (filled lazily there); bypass mode skips the pass and takes the engine's instead.
+    start_log_prob = torch.zeros_like(batch.response_mask)  # (B, T-1)
+    pending = torch.zeros(len(batch), dtype=torch.bool)  # (B,) rows the first step fills
+    pending[plan[0]] = True
+    later = (~pending).nonzero()[:, 0].tolist()
+    if later and not cfg.bypass_mode:
+        start_log_prob[later] = batched_log_probs(model, batch, later, cfg, device)
+    old_log_prob = rollout.clone() if cfg.bypass_mode else start_log_prob  # (B, T-1)
     # 3. reference log-probs: the start weights are `old_log_prob` itself (same tensor)
     ref_log_prob = None
     if cfg.kl_coef > 0:
@@ -434,11 +486,17 @@ def grpo_update(
     def micro_loss(model, mb: Batch, rows: list[int], actor_cfg) -> tuple[torch.Tensor, dict]:
         log_prob, entropy = token_log_probs(model, mb, True, entropy_grad=cfg.entropy_coef > 0)
         t, dev = log_prob.shape[1], log_prob.device
-        if not known[rows].all():  # first mini-batch: these weights are still the start weights
-            old_log_prob[rows, :t] = log_prob.detach().float().cpu()
-            known[rows] = True
+        if pending[rows].any():  # first mini-batch: these weights are still the start weights
+            start_log_prob[rows, :t] = log_prob.detach().float().cpu()
+            pending[rows] = False
         old, adv = old_log_prob[rows, :t].to(dev), advantages[rows, :t].to(dev)  # (b, t)
-        loss, diag = grpo.policy_loss(log_prob, old, adv, mb.response_mask, actor_cfg)
+        weights, diag = None, {}
+        if cfg.rollout_is:  # truncated importance sampling: verl's weights on each token's loss
+            weights, diag = rollout_correction.is_weights(
+                old, mb.rollout_log_prob, mb.response_mask, cfg.rollout_is, cfg.rollout_is_threshold
+            )  # (b, t)
+        loss, pg_diag = grpo.policy_loss(log_prob, old, adv, mb.response_mask, actor_cfg, weights)
+        diag |= pg_diag
         if ref_log_prob is not None:
             ref = ref_log_prob[rows, :t].to(dev)  # (b, t)
             kl, diag["kl"] = grpo.kl_loss(log_prob, ref, mb.response_mask, cfg.kl_type, actor_cfg)
@@ -449,7 +507,7 @@ def grpo_update(
         return loss, diag
 
     # 5. PPO epochs
-    return optimize(
+    metrics = optimize(
         model,
         batch,
         plan,
@@ -464,6 +522,17 @@ def grpo_update(
         carry,
         cfg.lr_schedule_updates if carry is not None else 1,
     )
+    # 6. the mismatch, over the rows with the engine's log-probs and the start weights' (every
+    # row; in bypass mode only the first mini-batch's, the only ones the start weights scored)
+    measured = batch.scored.clone()  # (B,)
+    if cfg.bypass_mode:
+        measured[later] = False
+    if measured.any():
+        mismatch = rollout_correction.mismatch_metrics(
+            start_log_prob[measured], rollout[measured], batch.response_mask[measured]
+        )
+        metrics |= {f"train/{k}": v for k, v in mismatch.items()}
+    return metrics
 
 
 def train(

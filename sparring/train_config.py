@@ -96,6 +96,13 @@ class GRPOConfig(OptimConfig):
     # updates (a recipe sets its iterations). Full fine-tuning only, for now.
     optimizer_state: Literal["fresh", "carry"] = "fresh"
     lr_schedule_updates: int = Field(1, ge=1)
+    # Rollout correction, verl's `algorithm.rollout_correction` by name and meaning (defaults
+    # too): the mismatch between the engine's log-probs and the trainer's is always measured
+    # (`train/mismatch_kl`); these correct for it. Both need the samples' rollout_log_probs.
+    # Off by default as in verl: the CPU engine matches the trainer to ~1e-5 (docs/training.md).
+    rollout_is: Literal["token", "sequence"] | None = None  # truncated IS weight on the loss
+    rollout_is_threshold: float = Field(2.0, gt=1)  # TIS cap: weight min(pi_old/pi_rollout, cap)
+    bypass_mode: bool = False  # old log-probs = the rollout's: skip the trainer's recompute pass
 
     @model_validator(mode="after")
     def _check(self) -> GRPOConfig:
@@ -108,6 +115,12 @@ class GRPOConfig(OptimConfig):
             raise ValueError(f"unknown kl_type {self.kl_type!r}; choose from {KL_TYPES}")
         if self.group_key.strip() != self.group_key or not self.group_key:
             raise ValueError(f"group_key {self.group_key!r} must be a column name or 'batch'")
+        if self.bypass_mode and self.rollout_is is not None:
+            raise ValueError(
+                f"bypass_mode uses the rollout log-probs as the old ones, so PPO's ratio already "
+                f"is pi/pi_rollout and rollout_is={self.rollout_is!r} would weight it twice (verl "
+                "ignores it there); set rollout_is: null or bypass_mode: false"
+            )
         return self
 
 

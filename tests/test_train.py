@@ -11,10 +11,12 @@ from pydantic import ValidationError
 from sample_frames import make_samples
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from sparring.rollout_correction import mismatch_metrics
 from sparring.train import (
     GRPOConfig,
     NoSignalError,
     advantages_for,
+    batched_log_probs,
     collate,
     grpo_update,
     load_model,
@@ -220,3 +222,122 @@ def test_rollout_samples_train_and_the_checkpoint_plays(tiny_model_dir, tmp_path
         inits, {"policy": HFBackend(str(stats.out_dir), device="cpu")}, rcfg, progress=False
     )
     assert len(again.episodes) == 2
+
+
+# ---- rollout log-probs: the mismatch and its corrections --------------------------------------
+@pytest.fixture(scope="module")
+def engine_samples(tiny_model_dir, tmp_path_factory) -> pd.DataFrame:
+    """Samples of a real rollout of the tiny model at temperature 0.7 (2 games, 2 seats), with
+    the seats of game 0 given a win so that there is something to learn."""
+    from sparring.game_init import GameInitConfig, write_inits
+    from sparring.generation.base import SamplingParams
+    from sparring.generation.hf import HFBackend
+    from sparring.rollout import RolloutConfig, load_inits, play, write_outputs
+
+    out = tmp_path_factory.mktemp("engine-samples")
+    game = {"k": 3, "max_turns": 2}
+    inits = load_inits(
+        write_inits(GameInitConfig(game={"params": game}, num_train=1), out / "inits")["train"]
+    )
+    rcfg = RolloutConfig(
+        game={"params": game},
+        games_per_init=2,
+        sampling=SamplingParams(temperature=0.7, max_new_tokens=12, seed=0),
+    )
+    engine = HFBackend(str(tiny_model_dir), device="cpu")
+    samples = write_outputs(play(inits, {"policy": engine}, rcfg, progress=False), out / "r")
+    df = pd.read_parquet(samples["samples"])
+    df["token_rewards"] = [
+        [0.0] * (len(r) - 1) + [float(g == df.game[0])]
+        for r, g in zip(df.token_rewards, df.game, strict=True)
+    ]
+    return df
+
+
+def update(tiny_model_dir, df, tokenizer, **overrides):
+    """One grpo_update in 2 mini-batches (old log-probs from the separate pass and from the
+    first step's forward): (model, metrics, each step's metrics)."""
+    cfg = GRPOConfig(group_key="batch", lr=1e-3, mini_batch_size=2, micro_batch_size=2, **overrides)
+    batch = collate(df, tokenizer.pad_token_id)
+    model, steps = load_model(tiny_model_dir, CPU), []
+    advantages = advantages_for(df, batch, cfg)[0]
+    metrics = grpo_update(model, batch, advantages, cfg, CPU, on_step=lambda i, m: steps.append(m))
+    return model, metrics, steps
+
+
+def max_gap(a: torch.nn.Module, b: torch.nn.Module) -> float:
+    with torch.no_grad():
+        pairs = zip(a.parameters(), b.parameters(), strict=True)
+        return max(float((x - y).abs().max()) for x, y in pairs)
+
+
+def test_engine_log_probs_equal_the_trainers_old_log_probs(
+    tiny_model_dir, engine_samples, tokenizer
+):
+    """The CPU engine's log-probs of its sampled tokens at T=0.7 are the trainer's recomputed
+    ones (measured: max |diff| 1.4e-6, mismatch_kl ~1e-13); a rollout sampled at 0.7 but
+    declared at 1 is detected (mismatch_kl ~5e-3 on this random model)."""
+    df = engine_samples
+    assert (df.temperature == 0.7).all() and len(df) == 4
+    assert all(len(x) == len(lp) for x, lp in zip(df.input_ids, df.rollout_log_probs, strict=True))
+    model = load_model(tiny_model_dir, CPU, trainable=False)
+    for declared, bound in [(0.7, (0, 1e-9)), (1.0, (1e-3, 1))]:
+        batch = collate(df.assign(temperature=declared), tokenizer.pad_token_id)
+        old = batched_log_probs(model, batch, range(4), GRPOConfig(), CPU)  # (B, T-1)
+        got = mismatch_metrics(old, batch.rollout_log_prob, batch.response_mask)
+        assert bound[0] <= got["mismatch_kl"] < bound[1], (declared, got)
+        if declared == 0.7:
+            on = batch.response_mask.bool()
+            assert (old - batch.rollout_log_prob)[on].abs().max() < 1e-5
+            assert got["mismatch_frac_out"] == 0
+
+
+def test_bypass_gives_the_recompute_update_when_they_agree(
+    tiny_model_dir, engine_samples, tokenizer
+):
+    """Old log-probs from the engine instead of the trainer's pass: every step's loss and
+    gradient norm agree to 1e-5 (relative), and so do the weights (measured: 9.7e-6 apart after
+    two AdamW steps that moved them by 2e-3)."""
+    recompute, metrics, steps = update(tiny_model_dir, engine_samples, tokenizer)
+    bypass, bypassed, bypass_steps = update(
+        tiny_model_dir, engine_samples, tokenizer, bypass_mode=True
+    )
+    for a, b in zip(steps, bypass_steps, strict=True):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-5, abs=1e-7)
+        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-5)
+    moved = max_gap(recompute, load_model(tiny_model_dir, CPU))
+    assert max_gap(recompute, bypass) < 0.02 * moved
+    assert metrics["train/mismatch_kl"] < 1e-9 and metrics["train/mismatch_frac_out"] == 0
+    assert bypassed["train/mismatch_kl"] < 1e-9  # bypass: on the first mini-batch's rows
+
+
+def test_truncated_importance_sampling_weights_a_mismatched_update(
+    tiny_model_dir, engine_samples, tokenizer
+):
+    """Sampled at 0.7, declared 1: the mismatch shows, and TIS's weights pi_old / pi_rollout
+    (not 1) move the update. Where the two agree the weights are 1 (by hand:
+    tests/test_rollout_correction.py)."""
+    off = engine_samples.assign(temperature=1.0)
+    plain, metrics, _ = update(tiny_model_dir, off, tokenizer)
+    tis, weighted, _ = update(tiny_model_dir, off, tokenizer, rollout_is="token")
+    assert metrics["train/mismatch_kl"] > 1e-3 and "train/rollout_is_mean" not in metrics
+    assert abs(weighted["train/rollout_is_mean"] - 1) > 1e-3  # measured: 1.009
+    assert max_gap(plain, tis) > 1e-5
+
+
+def test_rollout_corrections_need_rollout_log_probs(tiny_model_dir, tokenizer, engine_samples):
+    with pytest.raises(ValidationError, match="set rollout_is: null or bypass_mode: false"):
+        GRPOConfig(rollout_is="token", bypass_mode=True)
+    scripted = make_samples(tokenizer, [1.0, 0.0, 0.5, 0.5])  # no rollout_log_probs column
+    with pytest.raises(ValueError, match="bypass_mode needs the rollout's log-probs.*4 of 4"):
+        update(tiny_model_dir, scripted, tokenizer, bypass_mode=True)
+    _, metrics, _ = update(tiny_model_dir, scripted, tokenizer)
+    assert "train/mismatch_kl" not in metrics  # nothing to compare: not measured, not 0
+    cut = [lp[:-1] for lp in engine_samples.rollout_log_probs]
+    with pytest.raises(ValueError, match="rollout_log_probs has .* entries for"):
+        collate(engine_samples.assign(rollout_log_probs=cut), tokenizer.pad_token_id)
+    mixed = engine_samples.copy()  # a row without them (a scripted seat): measured without it
+    mixed["rollout_log_probs"] = [None, *mixed.rollout_log_probs[1:]]
+    assert collate(mixed, tokenizer.pad_token_id).scored.tolist() == [False, True, True, True]
+    with pytest.raises(ValueError, match="rollout_is needs the rollout's log-probs.*1 of 4"):
+        update(tiny_model_dir, mixed, tokenizer, rollout_is="token")
