@@ -55,6 +55,9 @@ class TokenTrace:
     """The engine's log-prob of each generated token, 0 on every other token (as `input_ids`)."""
     scored: bool = True
     """Every reply so far came with its log-probs (else `rollout_log_probs` is meaningless)."""
+    replies: list[tuple[int, int]] = field(default_factory=list)
+    """[start, end) of each reply's tokens in `input_ids`, in order (empty for a reply that
+    generated no token, e.g. a special token trimmed as a stop)."""
     _rendered: str = ""  # template text that `input_ids` already covers
 
     def _render(self, messages: list[dict[str, str]], generation_prompt: bool) -> str:
@@ -114,6 +117,7 @@ class TokenTrace:
         if log_probs is not None and len(log_probs) != len(ids):
             raise ValueError(f"{len(log_probs)} log-probs for a reply of {len(ids)} tokens")
         self.scored = self.scored and log_probs is not None
+        self.replies.append((len(self.input_ids), len(self.input_ids) + len(ids)))
         self.input_ids += ids
         self.assistant_mask += [1] * len(ids)
         self.rollout_log_probs += list(log_probs) if log_probs is not None else [0.0] * len(ids)
@@ -154,17 +158,19 @@ def reply_spans(assistant_mask: list[int]) -> list[tuple[int, int]]:
 
 
 def rejected_mask(
-    assistant_mask: list[int], transcript: list[dict[str, Any]], seat: int
+    length: int, replies: list[tuple[int, int]], transcript: list[dict[str, Any]], seat: int
 ) -> list[int]:
-    """1 on the tokens of `seat`'s replies the game rejected (its transcript entries with
-    `ok` false), 0 elsewhere; the k-th run of 1s in `assistant_mask` is the seat's k-th reply."""
+    """1 on the tokens (of `length`) of `seat`'s replies the game rejected, 0 elsewhere:
+    `replies` are the seat's reply spans (`TokenTrace.replies`), one per transcript entry of
+    the seat, in order; an entry with `ok` false marks its span."""
     oks = [t["ok"] for t in transcript if t["seat"] == seat]
-    spans = reply_spans(assistant_mask)
-    if len(spans) != len(oks):
-        raise ValueError(f"seat {seat} has {len(spans)} replies but {len(oks)} transcript entries")
-    out = [0] * len(assistant_mask)
-    for (a, b), ok in zip(spans, oks, strict=True):
-        out[a:b] = [0 if ok else 1] * (b - a)
+    if len(replies) != len(oks):
+        raise ValueError(
+            f"seat {seat} has {len(replies)} replies but {len(oks)} transcript entries"
+        )
+    out = [0] * length
+    for (a, b), ok in zip(replies, oks, strict=True):
+        out[a : min(b, length)] = [0 if ok else 1] * (min(b, length) - a)
     return out
 
 
@@ -203,7 +209,7 @@ def sample_row(episode: Any, seat: int, trace: TokenTrace) -> dict[str, Any] | N
         "reward_model": {"normalized_reward": reward, "game_state": json.dumps(episode.state)},
         "num_turns": episode.num_turns,
         "invalid_actions": episode.invalid_actions[seat],
-        "rejected_mask": rejected_mask(mask, episode.transcript, seat),
+        "rejected_mask": rejected_mask(len(ids), trace.replies, episode.transcript, seat),
         "rollout_log_probs": trace.rollout_log_probs[: end + 1] if trace.scored else None,
     }
 

@@ -8,22 +8,22 @@ import torch
 from sample_frames import make_samples, mask_spans
 from transformers import AutoTokenizer
 
-from sparring.samples import rejected_mask
+from sparring.samples import TokenTrace, rejected_mask
 from sparring.train import NoSignalError, advantages_for, collate
 from sparring.train_config import GRPOConfig
 
 
 def test_rejected_mask_marks_the_replies_whose_transcript_entry_failed():
-    mask = [0, 1, 1, 0, 0, 1, 0, 1, 1, 1]  # three replies of seat 0
+    replies = [(1, 3), (5, 5), (7, 10)]  # seat 0's replies; the second generated no token
     transcript = [
         {"seat": 0, "ok": False},  # reply 1: rejected, then retried
         {"seat": 1, "ok": True},
-        {"seat": 0, "ok": True},  # reply 2
+        {"seat": 0, "ok": False},  # reply 2: empty, rejected: marks nothing
         {"seat": 0, "ok": False},  # reply 3
     ]
-    assert rejected_mask(mask, transcript, 0) == [0, 1, 1, 0, 0, 0, 0, 1, 1, 1]
+    assert rejected_mask(10, replies, transcript, 0) == [0, 1, 1, 0, 0, 0, 0, 1, 1, 1]
     with pytest.raises(ValueError, match="3 replies but 1 transcript entries"):
-        rejected_mask(mask, transcript[1:3], 0)
+        rejected_mask(10, replies, transcript[1:3], 0)
 
 
 @pytest.fixture(scope="module")
@@ -80,3 +80,20 @@ def test_a_penalty_teaches_the_protocol_when_every_reward_ties(tokenizer):
     cfg = GRPOConfig(group_key="batch", rejected_credit="penalty")
     advantages, _ = advantages_for(df, batch, cfg)
     assert reply_advantages(df, batch, advantages) == [(-1.0, 0.0)] * 4
+
+
+def test_a_reply_that_generated_no_token_keeps_the_masks_aligned(tokenizer):
+    """A reply whose only token was a trimmed special token leaves no span in the assistant
+    mask but has its transcript entry: the trace's reply spans keep the two aligned."""
+    trace = TokenTrace(tokenizer)
+    messages = [{"role": "system", "content": "seat 0"}, {"role": "user", "content": "go"}]
+    for text, ids in (("", []), ("[accept]", None)):
+        trace.prompt(messages)
+        messages = [*messages, {"role": "assistant", "content": text}]
+        trace.reply(messages, ids)
+        messages = [*messages, {"role": "user", "content": "again"}]
+    empty, second = trace.replies
+    assert empty[0] == empty[1] and second[1] > second[0]
+    transcript = [{"seat": 0, "ok": False}, {"seat": 0, "ok": False}]
+    mask = rejected_mask(len(trace.input_ids), trace.replies, transcript, 0)
+    assert [i for i, m in enumerate(mask) if m] == list(range(*second))
