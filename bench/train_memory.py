@@ -96,7 +96,6 @@ def main() -> None:
         mini_batch_size=args.rows,
         micro_batch_size=args.micro,
         policy=None,
-        device=args.device,
         **extra,
     )
     vocab = AutoConfig.from_pretrained(path).vocab_size
@@ -104,7 +103,7 @@ def main() -> None:
         parquet = Path(tmp) / "samples.parquet"
         samples(args.rows, args.seq_len, vocab).to_parquet(parquet)
         t0 = time.perf_counter()
-        stats = train_mod.train(path, [parquet], Path(tmp) / "out", cfg)
+        stats = train_mod.train(path, [parquet], Path(tmp) / "out", cfg, device=args.device)
         seconds = time.perf_counter() - t0
     print(f"train step {seconds:.1f} s, loss {stats.metrics['train/loss']:.4f}")
     if cuda:

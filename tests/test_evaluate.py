@@ -41,7 +41,7 @@ def test_every_mode_is_one_batched_rollout_named_by_mode_and_role(val, plays, tm
     for mode in episodes:
         for role in ROLES:
             names = {k.split("/")[3] for k in metrics if k.startswith(f"eval/{mode}/{role}/")}
-            assert names == GENERIC | {"agreement_rate"}  # matching's own metric
+            assert names == GENERIC | {"agreement_rate", "reward_given_agreement"}  # matching's
         mean = [metrics[f"eval/{mode}/{r}/normalized_reward"] for r in ROLES]
         assert metrics[f"eval/{mode}/all/normalized_reward"] == pytest.approx(sum(mean) / 2)
     assert metrics["eval/selfplay/player_a/games"] == 3  # the learner holds both seats
