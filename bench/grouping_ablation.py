@@ -97,7 +97,9 @@ def main() -> None:
     ap.add_argument("--config", default=str(CONFIG_DIR / "diplomacy-ablation.yaml"))
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config field (dotted path, YAML value); repeatable")  # fmt: skip
-    ap.add_argument("--keys", nargs="+", default=["country", "init_seat", "init", "batch"], help="the arms")
+    ap.add_argument(
+        "--keys", nargs="+", default=["country", "init_seat", "init", "batch"], help="the arms"
+    )
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="training seeds")
     ap.add_argument("--out", help="work folder (default: a temp folder)")
     args = ap.parse_args()

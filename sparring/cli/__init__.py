@@ -8,7 +8,18 @@ import importlib
 import click
 
 # Subcommand modules, each exposing a click command or group named `command`.
-COMMANDS = ("model", "game_init", "rollout", "sft", "train", "evaluate", "run", "compile", "submit", "schema")
+COMMANDS = (
+    "model",
+    "game_init",
+    "rollout",
+    "sft",
+    "train",
+    "evaluate",
+    "run",
+    "compile",
+    "submit",
+    "schema",
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
