@@ -14,24 +14,20 @@ import pytest
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-# The files that take minutes on 2 cores, longest first (minutes at 6b19596). The workers take
-# these first, then the rest in collection order: the longest processing time first, so that
-# no worker starts a long file while the other is nearly done.
+# The files that take a minute or more on 2 cores, longest first (minutes, measured at 9493394).
+# The workers take these first, then the rest in collection order: the longest processing
+# time first, so that no worker starts a long file while the other is nearly done.
 LONGEST_FIRST = (
-    "tests/pipeline/test_kfp_backend.py",  # 9, then test_pipeline_e2e.py (TOGETHER)
+    "tests/pipeline/test_kfp_backend.py",  # 8, with test_pipeline_e2e.py (TOGETHER)
     "tests/test_bench_smoke.py",  # 5
-    "tests/test_config_examples.py",  # 5
-    "tests/pipeline/test_shards.py",  # 2
-    "tests/test_registry.py",
-    "tests/verl_backend/test_verl_task.py",
-    "tests/pipeline/test_tasks.py",
-    "tests/test_samples.py",
-    "tests/games/textarena/test_textarena_spine.py",
-    "tests/test_helm.py",
-    "tests/pipeline/test_kfp_contract.py",
+    "tests/verl_backend/test_verl_task.py",  # 2
+    "tests/test_registry.py",  # 2
+    "tests/pipeline/test_tasks.py",  # 2
+    "tests/pipeline/test_shards.py",  # 1.5
+    "tests/test_helm.py",  # 1
 )
 # Files that share an expensive session fixture run as one unit, on one worker: kfp.local's
-# `tiny_run` (tests/pipeline/conftest.py, 3 minutes).
+# `tiny_run` (tests/pipeline/conftest.py, 12 task processes, 2-3 minutes).
 TOGETHER = {"tests/pipeline/test_pipeline_e2e.py": "tests/pipeline/test_kfp_backend.py"}
 
 
