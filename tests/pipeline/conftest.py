@@ -1,5 +1,6 @@
 """The tiny two-iteration pipeline, run once per session under kfp.local: the end-to-end test
-and the KFP-backend harness (which compares its own run with this one) share it."""
+and the KFP-backend harness (which compares its own run with this one) share it, and under
+xdist both files run on one worker (TOGETHER in tests/conftest.py), so it is built once."""
 
 from __future__ import annotations
 
