@@ -26,13 +26,15 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sparring.games import GameSpec
-from sparring.games.base import LEARNER, PREVIOUS, Lineup
+from sparring.games.base import LEARNER, PREVIOUS, Baseline, Lineup
 from sparring.generation.base import SamplingParams
 from sparring.metrics import (
     ALL_ROLES,
     EVAL,
     EVAL_MODES,
+    GAIN_OVER_BEST_TRIVIAL,
     VS_PREVIOUS,
+    baseline_name,
     eval_name,
     metric_name,
     prefixed,
@@ -108,23 +110,43 @@ def evaluate(
     previous: Policy | None = None,
     progress: bool = True,
 ) -> tuple[dict[str, float], dict[str, list[Episode]]]:
-    """Play every lineup of every mode on every val state in one batched rollout; return
-    (flat metrics, episodes per mode). Game ids are `<init>/<mode>/<opponent>/<seat>#0`."""
+    """Play every lineup of every mode on every val state in one batched rollout, together
+    with the game's played baselines (`Game.baselines`) in the learner's seats of their mode;
+    return (flat metrics, the model's episodes per mode). Game ids are
+    `<init>/<mode or baseline>/<opponent>/<seat>#0`."""
     inits = load_inits(inits_path, cfg.num_games)
     game, roles = cfg.game.cls, cfg.game.cls.roles
     plan = lineups(cfg, previous is not None)
+    modes = {x.mode for x in plan}
+    baselines = [b for b in game.baselines() if b.mode in modes]
+    # (group, lineup, seats): the model's lineups, then each played baseline in its mode's
+    # lineups with its agent in the learner's seats
+    tables = [(x.mode, x, x.seats) for x in plan] + [
+        (b.name, x, tuple(b.agent if p == LEARNER else p for p in x.seats))
+        for b in baselines
+        if b.agent
+        for x in plan
+        if x.mode == b.mode
+    ]
     policies: dict[str, Policy] = {LEARNER: policy}
     if previous is not None:
         policies[PREVIOUS] = previous
-    for agent in {p for x in plan for p in x.seats} - set(policies):
+    for agent in {p for *_, seats in tables for p in seats} - set(policies):
         policies[agent] = cfg.game.make_agent(agent)
-    games = [(x, init_id, state) for x in plan for init_id, state in inits]
-    runs = [(f"{i}/{x.mode}/{_label(x.seats, roles)}", st) for x, i, st in games]
-    seats = [list(x.seats) for x, *_ in games]
+    games = [(t, init_id, state) for t in tables for init_id, state in inits]
+    runs = [(f"{i}/{group}/{_label(x.seats, roles)}", st) for (group, x, _), i, st in games]
+    seats = [list(s) for (*_, s), *_ in games]
     played = play(runs, policies, cfg.mode_rollout(None), progress, seat_plan=seats).episodes
     episodes: dict[str, list[Episode]] = {}
-    for (lineup, *_), ep in zip(games, played, strict=True):
-        episodes.setdefault(lineup.mode, []).append(ep)
+    by_state: dict[str, dict[str, list[float]]] = {}  # group -> init id -> learner seats' rewards
+    for ((group, x, _), init_id, _), ep in zip(games, played, strict=True):
+        if group in modes:
+            episodes.setdefault(group, []).append(ep)
+        mine = by_state.setdefault(group, {}).setdefault(init_id, [])
+        mine += [ep.rewards[s] for s, p in enumerate(x.seats) if p == LEARNER]
+    for b in baselines:
+        if b.value:
+            by_state[b.name] = {init_id: [b.value(state)] for init_id, state in inits}
     metrics: dict[str, float] = {}
     for mode, eps in episodes.items():
         plays = learner_plays(eps)
@@ -132,7 +154,37 @@ def evaluate(
             metrics |= prefixed(metric_name(EVAL, mode, role), play_metrics(game, role_plays))
         rewards = [e.rewards[s] for e, s in plays]
         metrics[eval_name(mode, ALL_ROLES, "normalized_reward")] = float(np.mean(rewards))
-    return metrics, episodes
+    return metrics | baseline_metrics(baselines, by_state), episodes
+
+
+def baseline_metrics(
+    baselines: list[Baseline], by_state: dict[str, dict[str, list[float]]]
+) -> dict[str, float]:
+    """`eval/baseline/<name>` (mean reward over states, with its standard error) and
+    `eval/gain_over_best_trivial`: the model's reward in the trivial baselines' modes minus the
+    best trivial baseline's, with its paired standard error over states. `by_state` maps each
+    mode and baseline name to its rewards per state."""
+
+    def per_state(group: str) -> np.ndarray:
+        return np.array([np.mean(r) for r in by_state[group].values()])
+
+    metrics, gains = {}, []
+    for b in baselines:
+        base = per_state(b.name)
+        metrics[baseline_name(b.name)] = float(base.mean())
+        metrics[baseline_name(b.name) + "_se"] = _se(base)
+        if b.trivial:
+            gains.append(per_state(b.mode) - base)
+    if gains:
+        gain = min(gains, key=np.mean)
+        metrics[metric_name(EVAL, GAIN_OVER_BEST_TRIVIAL)] = float(gain.mean())
+        metrics[metric_name(EVAL, GAIN_OVER_BEST_TRIVIAL + "_se")] = _se(gain)
+    return metrics
+
+
+def _se(values: np.ndarray) -> float:
+    """Standard error of the mean (0 for a single value)."""
+    return float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0
 
 
 def _label(seats: tuple[str, ...], roles: tuple[str, ...]) -> str:

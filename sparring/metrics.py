@@ -5,7 +5,11 @@
     perf/<metric>                  seconds, tokens and calls of any stage
     eval/<mode>/<role>/<metric>    one evaluation mode, per role the learner played, and over
     eval/<mode>/all/<metric>       all its roles (`sparring.evaluate`)
+    eval/baseline/<name>           a game's baseline policy on the same states (`Game.baselines`)
+    eval/gain_over_best_trivial    the model's reward minus the best trivial baseline's
     warm_start/<metric>            the warm start's teacher (`sparring.loop`)
+    test/<figure>                  the start and the final model once on the test states, in
+                                   the champion metric: start, final, gain, gain_se (paired)
 
 Generic metrics are the same for every game; a game adds its own (`Game.episode_metrics`)
 inside the same namespaces. Eval modes are `EVAL_MODES` plus any a game's lineups add
@@ -15,8 +19,10 @@ inside the same namespaces. Eval modes are `EVAL_MODES` plus any a game's lineup
 from __future__ import annotations
 
 ROLLOUT, TRAIN, PERF, EVAL, WARM_START = "rollout", "train", "perf", "eval", "warm_start"
+TEST = "test"
 ALL_ROLES = "all"
 """The role segment of an eval metric taken over every role the learner played."""
+BASELINE, GAIN_OVER_BEST_TRIVIAL = "baseline", "gain_over_best_trivial"
 SELFPLAY, VS_PREVIOUS, VS_SCRIPTED = "selfplay", "vs_previous", "vs_scripted"
 EVAL_MODES = (SELFPLAY, VS_PREVIOUS, VS_SCRIPTED)
 """The modes an evaluation can be asked for."""
@@ -30,6 +36,11 @@ def metric_name(*parts: str) -> str:
 def eval_name(mode: str, role: str, metric: str) -> str:
     """`eval/<mode>/<role>/<metric>`."""
     return metric_name(EVAL, mode, role, metric)
+
+
+def baseline_name(name: str) -> str:
+    """`eval/baseline/<name>`: a baseline's mean normalized reward."""
+    return metric_name(EVAL, BASELINE, name)
 
 
 def prefixed(prefix: str, metrics: dict[str, float]) -> dict[str, float]:

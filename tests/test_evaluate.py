@@ -32,7 +32,8 @@ def test_every_mode_is_one_batched_rollout_named_by_mode_and_role(val, plays, tm
     cfg = EvalConfig(rollout={"game": GAME})
     agent = cfg.game.make_agent("matching-scripted")  # the policy under test, and the previous
     metrics, episodes = evaluate(agent, val, cfg, previous=agent, progress=False)
-    assert plays == [3 * (1 + 2 + 2)]  # 3 states x (self-play, then each seat in two modes)
+    assert plays == [3 * (1 + 2 + 2 + 1)]  # 3 states x (self-play, then each seat in two
+    # modes, then the game's played baseline: matching-scripted in self-play)
     assert {m: len(e) for m, e in episodes.items()} == {
         "selfplay": 3,
         "vs_previous": 6,
@@ -60,5 +61,5 @@ def test_vs_previous_needs_a_previous_checkpoint(val, plays):
     assert [x.mode for x in lineups(cfg, previous=False)] == ["selfplay"]
     agent = cfg.game.make_agent("matching-scripted")
     metrics, episodes = evaluate(agent, val, cfg, progress=False)
-    assert list(episodes) == ["selfplay"] and plays == [3]
+    assert list(episodes) == ["selfplay"] and plays == [3 + 3]  # and the scripted baseline
     assert not any(k.startswith("eval/vs_previous/") for k in metrics)

@@ -25,7 +25,7 @@ Rules for implementers (docs/adding-a-game.md walks through one):
 - Generic code learns everything game-specific through the class attributes and hooks below:
   `agents` (scripted agents by name), `default_opponent`, `extra_group_keys`,
   `group_keys(seat)`, `turn_budget(params)`, `episode_metrics(plays)`, `role_breakdown`,
-  `eval_lineups(mode, opponent)` and `write_report`. It never reads a key of `outcome()` or
+  `eval_lineups(mode, opponent)`, `baselines()` and `write_report`. It never reads a key of `outcome()` or
   of the rule parameters (tests/games/test_seam.py).
 """
 
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -57,6 +58,31 @@ class Lineup:
     """The eval mode its games count for: metrics `eval/<mode>/<role>/*`."""
     seats: tuple[str, ...]
     """A policy per seat: `LEARNER`, `PREVIOUS` or one of the game's scripted agents."""
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A policy evaluation reports next to the model, on the same val states: played (a
+    scripted `agent` takes the learner's seats in `mode`'s lineups) or exact (`value`)."""
+
+    name: str
+    """Its metrics: `eval/baseline/<name>` and `eval/baseline/<name>_se`."""
+    mode: str
+    """The eval mode it stands in for the model in: it is compared with
+    `eval/<mode>/all/normalized_reward`, and reported only when that mode is evaluated."""
+    trivial: bool
+    """A policy without skill (random, fixed): `eval/gain_over_best_trivial` is the model's
+    reward minus the best of these. False: a reference (an optimum, a scripted expert)."""
+    agent: str | None = None
+    """Played: one of the game's scripted agents, in every seat the learner holds in `mode`
+    (the other seats as in the model's games), one game per lineup and state."""
+    value: Callable[[dict[str, Any]], float] | None = None
+    """Exact: its normalized reward on an initial state, from the state alone (a closed
+    form, or an expectation over the policy's randomness); no game is played."""
+
+    def __post_init__(self) -> None:
+        if (self.agent is None) == (self.value is None):
+            raise ValueError(f"baseline {self.name!r} needs exactly one of agent and value")
 
 
 @dataclass
@@ -247,6 +273,12 @@ class Game(ABC):
             Lineup(mode, tuple(LEARNER if s == seat else other for s in range(n)))
             for seat in range(n)
         ]
+
+    @classmethod
+    def baselines(cls) -> tuple[Baseline, ...]:
+        """The trivial and reference policies evaluation reports beside the model (none by
+        default)."""
+        return ()
 
     @classmethod
     def write_report(cls, metrics: dict[str, float], out_dir: Path) -> dict[str, Path]:

@@ -27,10 +27,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from sparring.games.base import Game, GameStats, Play, StepResult, TurnRecord
+from sparring.games.base import Baseline, Game, GameStats, Play, StepResult, TurnRecord
+from sparring.games.matching.baselines import (
+    identity_deal,
+    no_communication_ceiling,
+    own_view_deal,
+    random_deal,
+)
 from sparring.games.matching.parse import parse_action
 from sparring.games.matching.prompt import system_prompt
 from sparring.games.matching.table import generate_state
+from sparring.metrics import SELFPLAY
 
 PRESETS: dict[str, dict[str, Any]] = {
     "dialop": {
@@ -120,6 +127,19 @@ class MatchingGame(Game):
             "agreement_rate": len(agreed) / len(plays),
             "reward_given_agreement": sum(agreed) / len(agreed) if agreed else 0.0,
         }
+
+    @classmethod
+    def baselines(cls) -> tuple[Baseline, ...]:
+        """In self-play: the exact deal baselines of `sparring.games.matching.baselines` (the
+        random, identity and own-view deals trivial; the no-communication ceiling a reference)
+        and the scripted full-information agent in both seats, played."""
+        return (
+            Baseline("random-deal", SELFPLAY, trivial=True, value=random_deal),
+            Baseline("identity-deal", SELFPLAY, trivial=True, value=identity_deal),
+            Baseline("own-view-deal", SELFPLAY, trivial=True, value=own_view_deal),
+            Baseline("no-communication", SELFPLAY, trivial=False, value=no_communication_ceiling),
+            Baseline("matching-scripted", SELFPLAY, trivial=False, agent="matching-scripted"),
+        )
 
     def generate_state(self, seed: int) -> dict[str, Any]:
         c = self.cfg
