@@ -16,7 +16,8 @@ and its rule parameters; this class turns the environment into a Sparring game:
   `max_retries` times, TextArena's `error_allowance`); then the player forfeits, and in
   TextArena that loses the game: `ok=False, forfeited=True`, and the game is over.
 - Rewards: TextArena's outcome (+1 win, 0 draw, -1 loss) mapped to [0, 1]: 1 win, 0.5 draw,
-  0 loss. A game cut before its end (rollout context limit) gives 0 to both seats.
+  0 loss (`win_rewards`; a game may score otherwise, as Kuhn Poker's chips). A game cut
+  before its end (rollout context limit) gives 0 to both seats.
 """
 
 from __future__ import annotations
@@ -119,6 +120,11 @@ class TextArenaGame(Game):
 
     @property
     def rewards(self) -> list[float]:
+        return self.win_rewards
+
+    @property
+    def win_rewards(self) -> list[float]:
+        """TextArena's outcome in [0, 1]: 1 win, 0.5 draw, 0 loss (0 for both before the end)."""
         if not self.done:
             return [0.0, 0.0]
         outcome = self._env.state.rewards
@@ -126,7 +132,7 @@ class TextArenaGame(Game):
 
     def outcome(self) -> dict[str, Any]:
         st = self._env.state
-        rewards = self.rewards
+        rewards = self.win_rewards
         forfeit = [s for s in range(2) if st.game_info[s]["invalid_move"]]
         return {
             "finished": self.done,

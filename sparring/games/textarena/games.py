@@ -37,12 +37,21 @@ class KuhnPoker(TextArenaGame):
 
     name = "kuhn-poker"
     env_id = "KuhnPoker-v0"
-    agents = baselines("kuhn-poker", "KuhnPokerAgent")
+    agents = baselines("kuhn-poker", "KuhnPokerAgent") | {
+        "kuhn-poker-call": "sparring.games.textarena.exploitability:AlwaysCallAgent",
+        "kuhn-poker-nash": "sparring.games.textarena.exploitability:NashAgent",
+    }
     default_opponent = "kuhn-poker-scripted"
 
-    def __init__(self, max_rounds: int = 3, max_retries: int = 1) -> None:
+    def __init__(self, max_rounds: int = 3, max_retries: int = 1, reward: str = "win") -> None:
         if max_rounds < 1:
             raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
+        if reward not in ("win", "chips"):
+            raise ValueError(f"unknown reward {reward!r}; choose 'win' or 'chips'")
+        self.reward = reward
+        """`win`: TextArena's outcome (1 win, 0.5 draw, 0 loss); `chips`: the chips won,
+        (chips + 2 max_rounds) / (4 max_rounds), so a hand's value counts as in Kuhn Poker
+        (a forfeit still scores 0, and the other seat 1)."""
         super().__init__(max_retries, max_rounds=max_rounds)
 
     @classmethod
@@ -62,9 +71,26 @@ class KuhnPoker(TextArenaGame):
             return []
         return [f"[{move}]" for move in self.game_state["current_legal_action_tree"]]
 
+    @property
+    def rewards(self) -> list[float]:
+        won = self.win_rewards
+        forfeit = any(info["invalid_move"] for info in self._env.state.game_info.values())
+        if self.reward == "win" or not self.done or forfeit:
+            return won
+        rounds, chips = self.env_params["max_rounds"], self.game_state["player_chips"]
+        return [(chips[seat] + 2 * rounds) / (4 * rounds) for seat in range(2)]
+
     def outcome(self) -> dict[str, Any]:
         chips = self.game_state["player_chips"]
         return super().outcome() | {"chips": [chips[0], chips[1]]}
+
+    def policy_metrics(self, policy: Any, temperature: float) -> dict[str, float]:
+        """`exploitability` of the policy read out at the 12 information sets of one hand
+        (`sparring.games.textarena.exploitability`)."""
+        from sparring.games.textarena import exploitability
+
+        table = exploitability.read_policy(policy, self, temperature)
+        return {"exploitability": exploitability.exploitability(table)}
 
 
 class TicTacToe(TextArenaGame):
