@@ -7,10 +7,12 @@ rollout → train → evaluate → register, unrolled at compile time (KFP v2 ha
 `build_pipeline(cfg)` bakes the compile-time choices into the graph: the number of iterations,
 the warm start, images, GPUs, node selectors, tolerations, the S3 Secret, /dev/shm, retries,
 caching (pure steps only), each step's resources and timeout, the non-root security context,
-pull secrets and the run's deadline; their fingerprint goes to `start`. At run time the KFP UI
-exposes `config` (the whole PipelineConfig as JSON) and the typed run parameters of
-sparring.loop.run_params; `start` resolves them into the config every later task reads.
-The pipeline's outputs are the champion's version and score. Each iteration's model is the previous train step's
+pull secrets and, for KFP 2.17 (`kubernetes.kfp_version`), the run's deadline; their
+fingerprint goes to `start`. At run time the KFP UI exposes `config` (the whole PipelineConfig
+as JSON) and the typed run parameters of sparring.loop.run_params; `start` resolves them into the config every later task reads.
+With `evaluate_start` the start is evaluated on val before any update; with
+`game_init.num_test` the start and the final model are scored once on the test states at the
+end (evaluate-test). The pipeline's outputs are the champion's version and score. Each iteration's model is the previous train step's
 output; the first is `config.model` (optionally warm-started by SFT). Each rollout after the
 first gets the previous one's difficulty schedule (`opponents`, sparring.loop.league); when
 the pool names earlier checkpoints (`past-<k>`), rollout i also waits for register i-k-1 of the
@@ -28,7 +30,14 @@ from kfp import dsl, kubernetes
 from sparring.components import make_components
 
 from sparring.loop import run_params
-from sparring.loop.config import PURE_STEPS, KubernetesSettings, PipelineConfig, field_lines
+from sparring.loop.config import (
+    PURE_STEPS,
+    RETRY_BACKOFF_FACTOR,
+    RETRY_BACKOFF_SECONDS,
+    KubernetesSettings,
+    PipelineConfig,
+    field_lines,
+)
 from sparring.loop.plan import IterationPlan, plan
 
 S3_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
@@ -52,7 +61,12 @@ def _every_task(task: dsl.PipelineTask, step: str, cfg: PipelineConfig) -> dsl.P
     k8s, res = cfg.kubernetes, cfg.kubernetes.step_resources(step)
     task.set_caching_options(k8s.caching and step in PURE_STEPS)
     if k8s.retries:
-        task.set_retry(k8s.retries, backoff_duration="30s")
+        task.set_retry(
+            k8s.retries,
+            backoff_duration=f"{RETRY_BACKOFF_SECONDS}s",
+            backoff_factor=RETRY_BACKOFF_FACTOR,
+            backoff_max_duration=f"{k8s.retry_max_duration(step)}s",
+        )
     kubernetes.set_security_context(
         task, run_as_user=k8s.run_as_user, run_as_group=k8s.run_as_group, run_as_non_root=True
     )
@@ -168,8 +182,9 @@ class _Graph:
         return tr
 
     def evaluate(self, iteration: int, model, previous=None) -> dsl.PipelineTask:
-        """Val games with `model` (against `previous` where a mode needs it)."""
-        extra = {"previous": previous} if previous is not None else {}
+        """Val games with `model` (against `previous` where a mode needs it); without
+        `previous` (the start's) recorded in the parent run, which no register step does."""
+        extra = {"previous": previous} if previous is not None else {"parent_run_id": self.parent}
         return self.task(
             self.c.evaluate, f"evaluate-{iteration}", self.cfg.kubernetes.eval_gpus,
             config=self.config, model=model, inits=self.inits, iteration=iteration,
@@ -224,8 +239,17 @@ def build_pipeline(cfg: PipelineConfig):
         return Outputs(finish.outputs["champion_version"], finish.outputs["champion_score"])
 
     selfplay_pipeline.__doc__ = _docstring()
-    deadline = dsl.PipelineConfig(active_deadline_seconds=cfg.kubernetes.run_deadline_seconds)
-    return dsl.pipeline(name=cfg.name, pipeline_config=deadline)(selfplay_pipeline)
+    return dsl.pipeline(name=cfg.name, pipeline_config=_pipeline_config(cfg.kubernetes))(
+        selfplay_pipeline
+    )
+
+
+def _pipeline_config(k8s: KubernetesSettings) -> dsl.PipelineConfig | None:
+    """The run's deadline on KFP 2.17; none for 2.16, whose API server drops the whole
+    Kubernetes config (Secrets, GPUs, timeouts) when the platform spec holds a field it lacks."""
+    if k8s.kfp_version == "2.16":
+        return None
+    return dsl.PipelineConfig(active_deadline_seconds=k8s.run_deadline_seconds)
 
 
 def _iterations(g: _Graph, start: dsl.PipelineTask) -> None:
@@ -246,6 +270,7 @@ def _iterations(g: _Graph, start: dsl.PipelineTask) -> None:
     if cfg.evaluate_start:
         g.evaluate(cfg.first_iteration - 1, model)
     reference, registers, schedule, optimizer = model, {}, {}, None
+    step = None
     for step in plan(cfg):
         if cfg.train_backend == "verl":
             tr = g.verl(step, model)
@@ -268,6 +293,12 @@ def _iterations(g: _Graph, start: dsl.PipelineTask) -> None:
         if step.iteration - 1 in registers:
             rg.after(registers[step.iteration - 1])  # champion decisions in iteration order
         model, registers[step.iteration] = trained, rg
+    if cfg.game_init.num_test:  # the claim: start and final model once on the test states
+        g.task(
+            g.c.evaluate_test, "evaluate-test", cfg.kubernetes.eval_gpus, config=config,
+            start=reference, final=model, inits=g.inits, run_name=run_name,
+            parent_run_id=g.parent, iteration=step.iteration,
+        )  # fmt: skip
 
 
 def _docstring() -> str:

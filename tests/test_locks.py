@@ -287,8 +287,8 @@ if target:
 import kfp, kfp.kubernetes, kfp.pipeline_spec
 from sparring.cli import main
 for i, config in enumerate(configs):
-    main(["compile", "--config", config, "--iterations", "2", "-o", f"{out}/{i}.yaml"],
-         standalone_mode=False)
+    main(["compile", "--config", config, "--iterations", "2", "--kfp-version", "2.17",
+          "-o", f"{out}/{i}.yaml"], standalone_mode=False)
 print(json.dumps({
     "versions": {p: importlib.metadata.version(p) for p in packages},
     "files": [m.__file__ for m in (kfp, kfp.kubernetes, kfp.pipeline_spec)],
@@ -305,7 +305,8 @@ def test_the_locked_kfp_compiles_the_shipped_configs(versions, tmp_path):
     are pip-installed from the index into a throwaway --target; a subprocess with that target
     first on sys.path runs `sparring compile` on configs/pipeline*.yaml (2 unrolled iterations
     each: the kfp calls are those of any iteration count), and each IR must record the locked
-    SDK (`sdkVersion: kfp-<locked>`) and the run deadline kfp 2.17 added. Without the index the
+    SDK (`sdkVersion: kfp-<locked>`) and, compiled for a KFP 2.17 backend, the run deadline
+    kfp 2.17 added. Without the index the
     dev venv's SDK stands in when it is the locked one; otherwise the test skips (never in CI)."""
     lock = pins(kfp_sdk_pins()[versions])
     locked = dict(zip(KFP_SDK, versions, strict=True))

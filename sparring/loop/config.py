@@ -99,6 +99,9 @@ STEP_RESOURCES = {
         ("warm-start", "rollout", "rollout-shard", "train", "train-verl", "evaluate"), _HEAVY
     ),
 }
+# Task retries: the first after 30 s, each next one twice as late; every attempt may take
+# 10 min beyond its timeout to be scheduled and pull its image (Argo's clock starts at creation).
+RETRY_BACKOFF_SECONDS, RETRY_BACKOFF_FACTOR, RETRY_SLACK_SECONDS = 30, 2, 600
 # Steps without side effects: the only ones `kubernetes.caching` may cache.
 PURE_STEPS = ("game-init", "initial-model", "warm-start")
 
@@ -121,7 +124,10 @@ class KubernetesSettings(_Strict):
     # on every task; None = MLflow needs no login
     mlflow_secret: str | None = None
     model_cache_pvc: str | None = None  # PVC mounted at every task's HF cache ($HF_HOME)
-    retries: int = Field(0, ge=0)  # retries per task (S3/MLflow hiccups, preemption)
+    # Retries per task (S3/MLflow hiccups, preemption), 30 s apart, doubling; Argo stops retrying
+    # at `retry_max_duration(step)` after the first attempt began. Which failures Argo retries is
+    # its cluster's policy, not the pipeline's (docs/cluster.md, "Retries").
+    retries: int = Field(0, ge=0)
     # KFP step caching of the pure steps (game-init, initial-model, warm-start). Steps with side
     # effects (start, rollout, train, evaluate, register, finish) never cache.
     caching: bool = False
@@ -129,9 +135,15 @@ class KubernetesSettings(_Strict):
     run_as_user: int = 10001  # every task's uid (the images' `sparring` user): non-root
     run_as_group: int = 0  # the images' gid (OpenShift-style group-writable home)
     image_pull_secrets: list[str] = Field(default_factory=list)  # Secrets for every task's image
-    # The run's activeDeadlineSeconds; an MLflow parent run still RUNNING after this long is
-    # stale (its KFP run was terminated before its exit handler) and the next `start` closes it.
+    # The run's deadline (with kfp_version 2.17 the Workflow's activeDeadlineSeconds; on 2.16 the
+    # cluster's Argo workflowDefaults set it, docs/cluster.md); an MLflow parent run still RUNNING
+    # after this long is stale (its KFP run ended before its exit handler): `start` closes it.
     run_deadline_seconds: int = Field(7 * 86400, ge=60)
+    # The KFP backend the pipeline is compiled for. "2.16" (the Kubeflow manifests' KFP; runs on
+    # 2.17 too) leaves out what its API server cannot parse: 2.17's run deadline
+    # (pipelineConfig.activeDeadlineSeconds), which would make it drop the whole Kubernetes config.
+    # "2.17" sets `run_deadline_seconds` as the Argo Workflow's activeDeadlineSeconds.
+    kfp_version: Literal["2.16", "2.17"] = "2.16"
     kfp_ui_url: str | None = None  # KFP UI base URL, for the run link on the MLflow parent run
 
     @model_validator(mode="after")
@@ -147,6 +159,14 @@ class KubernetesSettings(_Strict):
         """`step`'s resources: its overrides in `resources` over STEP_RESOURCES[step]."""
         override = self.resources.get(step, Resources()).model_dump(exclude_none=True)
         return STEP_RESOURCES[step].model_copy(update=override)
+
+    def retry_max_duration(self, step: str) -> int:
+        """Argo's `backoff.maxDuration` for `step` in seconds: it counts from the first
+        attempt's start, so it covers every attempt running to the step's timeout, each with
+        RETRY_SLACK_SECONDS to be scheduled, plus the backoffs between them."""
+        backoffs = sum(RETRY_BACKOFF_SECONDS * RETRY_BACKOFF_FACTOR**i for i in range(self.retries))
+        attempt = self.step_resources(step).timeout_seconds + RETRY_SLACK_SECONDS
+        return (self.retries + 1) * attempt + backoffs
 
     def step_gpus(self, step: str) -> int:
         """Accelerators a step's pod requests (train-verl's count is `verl.n_gpus_per_node`)."""
