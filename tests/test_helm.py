@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 from types import SimpleNamespace
 
+import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
@@ -128,13 +129,77 @@ def render_named(chart: Chart, name: str, revision: int = 1) -> list[dict]:
 
 # Gateway API kinds are CRDs kubernetes-validate has no schema for; tests check them by hand.
 CRD_KINDS = {"HTTPRoute"}
+# Istio's own CRD schemas (security.istio.io/v1, Istio 1.29.1 as Kubeflow's manifests ship it).
+ISTIO_SCHEMAS = json.loads((ROOT / "tests" / "istio-1.29.1-security.schema.json").read_text())
+
+
+def strict_schema(schema: dict) -> dict:
+    """A CRD's openAPIV3Schema as the API server reads it with strict field validation
+    (`kubectl apply --validate=strict`): an object with `properties` takes no other field
+    (unless the CRD preserves unknown fields there)."""
+    if isinstance(schema, list):
+        return [strict_schema(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: strict_schema(v) for k, v in schema.items()}
+    keeps_unknown = schema.get("x-kubernetes-preserve-unknown-fields")
+    if "properties" in schema and "additionalProperties" not in schema and not keeps_unknown:
+        out["additionalProperties"] = False
+    return out
+
+
+def validate_crd(doc: dict, schema: dict) -> None:
+    """Validate a custom resource against its CRD's schema, strictly; every CRD has the
+    apiVersion, kind and metadata of any object, which its schema need not list."""
+    body = {k: v for k, v in doc.items() if k not in ("apiVersion", "kind", "metadata")}
+    jsonschema.validate(
+        body,
+        strict_schema(
+            {
+                **schema,
+                "properties": {
+                    k: v
+                    for k, v in schema["properties"].items()
+                    if k not in ("apiVersion", "kind", "metadata")
+                },
+            }
+        ),
+    )
 
 
 def validate_strict(docs: list[dict]) -> None:
     for doc in docs:
-        if doc["kind"] not in CRD_KINDS:
+        if doc["kind"] in ISTIO_SCHEMAS:
+            assert doc["apiVersion"] == "security.istio.io/v1"
+            validate_crd(doc, ISTIO_SCHEMAS[doc["kind"]])
+        elif doc["kind"] not in CRD_KINDS:
             # raises ValidationError on unknown fields (strict) or wrong types
             kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+
+
+def restricted_violations(spec: dict) -> list[str]:
+    """What keeps a pod spec from the `restricted` Pod Security Standard (Kubernetes 1.30's
+    checks, https://kubernetes.io/docs/concepts/security/pod-security-standards/)."""
+    pod_sc = spec.get("securityContext", {})
+    bad = [f"{k}" for k in ("hostNetwork", "hostPID", "hostIPC") if spec.get(k)]
+    bad += [v["name"] for v in spec.get("volumes", []) if "hostPath" in v]
+    pod_seccomp = pod_sc.get("seccompProfile", {}).get("type")
+    for c in spec.get("initContainers", []) + spec["containers"]:
+        sc = c.get("securityContext", {})
+        if sc.get("privileged") or sc.get("allowPrivilegeEscalation") is not False:
+            bad.append(f"{c['name']}: allowPrivilegeEscalation must be false")
+        if "ALL" not in sc.get("capabilities", {}).get("drop", []):
+            bad.append(f"{c['name']}: capabilities must drop ALL")
+        if set(sc.get("capabilities", {}).get("add", [])) - {"NET_BIND_SERVICE"}:
+            bad.append(f"{c['name']}: adds capabilities")
+        if not sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")):
+            bad.append(f"{c['name']}: runAsNonRoot must be true")
+        if sc.get("runAsUser", pod_sc.get("runAsUser")) == 0:
+            bad.append(f"{c['name']}: runAsUser 0")
+        seccomp = sc.get("seccompProfile", {}).get("type", pod_seccomp)
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            bad.append(f"{c['name']}: seccompProfile must be RuntimeDefault or Localhost")
+    return bad
 
 
 @pytest.mark.parametrize("name", list(VALUES_FILES))
@@ -166,6 +231,7 @@ def test_every_pod_is_hardened_and_uses_our_images(chart, name):
     specs = pod_specs(docs)
     assert specs
     for spec in specs:
+        assert restricted_violations(spec) == []
         assert spec["securityContext"]["runAsNonRoot"] is True
         assert spec["securityContext"]["runAsUser"] != 0
         for c in spec["containers"]:
@@ -188,6 +254,7 @@ def test_default_install_pieces(chart):
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(
         ["ServiceAccount", "Role", "RoleBinding", "Secret", "ConfigMap", "NetworkPolicy"]
+        + ["NetworkPolicy"]  # networkPolicy.ray: the RayJobs' pods
         + ["Deployment", "Service", "PersistentVolumeClaim", "Job", "Pod"]
         + ["Role", "RoleBinding"]  # rbac.rayJobs: the verl task's RayJob calls
     )
@@ -973,7 +1040,7 @@ def test_shipped_gpu_config_is_the_charts_render():
 def test_network_policies_admit_only_pipeline_pods_the_ui_and_the_release(chart):
     docs = render(chart, values_for("local"))
     policies = by_kind(docs, "NetworkPolicy")
-    assert set(policies) == {f"{RELEASE}-mlflow", f"{RELEASE}-s3"}
+    assert set(policies) == {f"{RELEASE}-mlflow", f"{RELEASE}-s3", f"{RELEASE}-ray"}
     for component, port in (("mlflow", 5000), ("s3", 8333)):
         spec = policies[f"{RELEASE}-{component}"]["spec"]
         assert spec["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == component
@@ -1278,3 +1345,195 @@ def test_mlflow_auth_runs_the_basic_auth_app_and_every_task_logs_in(chart, tmp_p
             ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_USERNAME"),
             ("MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_PASSWORD"),
         }
+
+
+# ---- issue 34: multi-user Kubeflow with Istio sidecars ----------------------------------------
+
+# The AuthorizationPolicy Kubeflow's profile controller puts in every profile namespace
+# (kubeflow/dashboard components/profile-controller/controllers/profile_controller.go,
+# getAuthorizationPolicy): the owner through the gateway or KFP's UI, mTLS peers of the namespace,
+# probe paths, the notebook controller.
+NS_OWNER_ACCESS_ISTIO = {
+    "apiVersion": "security.istio.io/v1",
+    "kind": "AuthorizationPolicy",
+    "metadata": {"name": "ns-owner-access-istio", "namespace": "team-a"},
+    "spec": {
+        "action": "ALLOW",
+        "rules": [
+            {
+                "when": [{"key": "request.headers[kubeflow-userid]", "values": ["a@x.org"]}],
+                "from": [
+                    {
+                        "source": {
+                            "principals": [
+                                "cluster.local/ns/istio-system/sa/istio-ingressgateway-service-account",
+                                "cluster.local/ns/kubeflow/sa/ml-pipeline-ui",
+                            ]
+                        }
+                    }
+                ],
+            },
+            {"when": [{"key": "source.namespace", "values": ["team-a"]}]},
+            {"to": [{"operation": {"paths": ["/healthz", "/metrics", "/wait-for-drain"]}}]},
+            {
+                "from": [
+                    {
+                        "source": {
+                            "principals": [
+                                "cluster.local/ns/kubeflow/sa/notebook-controller-service-account"
+                            ]
+                        }
+                    }
+                ],
+                "to": [{"operation": {"methods": ["GET"], "paths": ["*/api/kernels"]}}],
+            },
+        ],
+    },
+}
+
+
+def _matches(values: list[str], value: str | None) -> bool:
+    """Istio's string match: exact, `prefix*`, `*suffix` or `*`; nothing matches a missing
+    value (a plain-text peer has no principal and no source namespace)."""
+    if value is None:
+        return False
+    return any(
+        v == "*"
+        or v == value
+        or (v.endswith("*") and value.startswith(v[:-1]))
+        or (v.startswith("*") and value.endswith(v[1:]))
+        for v in values
+    )
+
+
+def _rule_matches(rule: dict, request: dict) -> bool:
+    """One ALLOW rule against a request: every field set must match (Istio's semantics for the
+    fields these policies use; any other field fails the test rather than being ignored)."""
+    fields = {
+        "principals": request.get("principal"),
+        "namespaces": request.get("namespace"),
+        "ports": str(request["port"]),
+        "paths": request["path"],
+        "methods": request["method"],
+    }
+    for part, key in (("from", "source"), ("to", "operation")):
+        if part in rule and not any(
+            all(_matches(vals, fields[f]) for f, vals in entry[key].items()) for entry in rule[part]
+        ):
+            return False
+    conditions = {"source.namespace": request.get("namespace")}
+    conditions |= {f"request.headers[{h}]": v for h, v in request.get("headers", {}).items()}
+    return all(_matches(c["values"], conditions.get(c["key"])) for c in rule.get("when", []))
+
+
+def istio_allows(policies: list[dict], pod_labels: dict, request: dict) -> bool:
+    """Istio's decision for a pod with ALLOW policies only: with none selecting the pod,
+    allow; else allow when a rule of one of them matches."""
+    selecting = [
+        p
+        for p in policies
+        if p["spec"]["action"] == "ALLOW"
+        and p["spec"].get("selector", {}).get("matchLabels", {}).items() <= pod_labels.items()
+    ]
+    return not selecting or any(
+        _rule_matches(rule, request) for p in selecting for rule in p["spec"]["rules"]
+    )
+
+
+def pod_labels(docs: list[dict], kind: str, name: str) -> dict:
+    doc = by_kind(docs, kind)[name]
+    return (doc["spec"]["template"]["metadata"] if kind != "Pod" else doc["metadata"])["labels"]
+
+
+# A task's MLflow call: KFP v2 starts run pods without a sidecar (the API server annotates every
+# template `sidecar.istio.io/inject: "false"`, v2_template.go), so the server sees plain text:
+# no principal, no source namespace.
+RUN_POD_CALL = {"port": 5000, "path": "/api/2.0/mlflow/runs/create", "method": "POST"}
+
+
+def test_multi_user_istio_admits_sidecarless_run_pods_to_mlflow_and_s3(chart):
+    values = {**values_for("multi-user"), "seaweedfs": {"enabled": True}}
+    values["s3"] = {**MINIMAL["s3"], "bucket": "team-a-sparring"}
+    docs = render(chart, values, namespace="team-a")
+    validate_strict(docs)
+    ours = list(by_kind(docs, "AuthorizationPolicy").values())
+    mlflow = pod_labels(docs, "Deployment", f"{RELEASE}-mlflow")
+    s3 = pod_labels(docs, "Deployment", f"{RELEASE}-s3")
+    s3_call = {**RUN_POD_CALL, "port": 8333, "path": "/team-a-sparring/x", "method": "PUT"}
+    # before: the profile's policy alone refuses the run pods (the reported 403s)
+    assert not istio_allows([NS_OWNER_ACCESS_ISTIO], mlflow, RUN_POD_CALL)
+    assert not istio_allows([NS_OWNER_ACCESS_ISTIO], s3, s3_call)
+    # after: the chart's policies admit them, each on its own server's port only
+    everything = [NS_OWNER_ACCESS_ISTIO, *ours]
+    assert istio_allows(everything, mlflow, RUN_POD_CALL)
+    assert istio_allows(everything, s3, s3_call)
+    assert not istio_allows(everything, mlflow, {**RUN_POD_CALL, "port": 8333})
+    assert not istio_allows(everything, s3, {**s3_call, "port": 5000})
+    # mTLS peers of the namespace (MLflow's own sidecar calling S3) still pass
+    assert istio_allows(everything, s3, {**s3_call, "namespace": "team-a"})
+    # each policy selects its server's pods and no other pod of the release
+    for policy in ours:
+        selector = policy["spec"]["selector"]["matchLabels"].items()
+        chosen = [
+            name
+            for kind in ("Deployment", "Job", "Pod")
+            for name in by_kind(docs, kind)
+            if selector <= pod_labels(docs, kind, name).items()
+        ]
+        assert chosen == [policy["metadata"]["name"]]
+    # the same pods accept plain text even where the mesh enforces STRICT mTLS
+    peer = by_kind(docs, "PeerAuthentication")
+    assert set(peer) == {f"{RELEASE}-mlflow", f"{RELEASE}-s3"}
+    for name, doc in peer.items():
+        assert doc["spec"]["mtls"] == {"mode": "PERMISSIVE"}
+        assert (
+            doc["spec"]["selector"]
+            == by_kind(docs, "AuthorizationPolicy")[name]["spec"]["selector"]
+        )
+    # the callers stay the NetworkPolicy's: pipeline pods, KFP's UI and the release
+    assert set(by_kind(docs, "NetworkPolicy")) >= set(peer)
+
+
+def test_helm_test_passes_in_a_sidecar_injected_profile(chart):
+    """`helm test`'s Pod has no sidecar (it must exit), so it too calls MLflow in plain text,
+    on the path smoke_test.py checks."""
+    docs = render_named(chart, "multi-user")
+    test_pod = pod_labels(docs, "Pod", f"{RELEASE}-test")
+    assert test_pod["sidecar.istio.io/inject"] == "false"
+    mlflow = pod_labels(docs, "Deployment", f"{RELEASE}-mlflow")
+    health = {"port": 5000, "path": "/health", "method": "GET"}
+    policies = [NS_OWNER_ACCESS_ISTIO, *by_kind(docs, "AuthorizationPolicy").values()]
+    assert istio_allows(policies, mlflow, health)
+    assert not istio_allows([NS_OWNER_ACCESS_ISTIO], mlflow, health)
+    assert '/health")' in (CHART / "files" / "smoke_test.py").read_text()  # what it GETs
+
+
+def test_istio_policies_only_with_istio_and_a_network_policy(chart):
+    assert not {"AuthorizationPolicy", "PeerAuthentication"} & {
+        d["kind"] for d in render(chart, MINIMAL)
+    }
+    with pytest.raises(Exception, match="set networkPolicy.enabled=true"):
+        render(chart, {**MINIMAL, "istio": {"enabled": True}, "networkPolicy": {"enabled": False}})
+    policy = by_kind(render_named(chart, "multi-user"), "AuthorizationPolicy")[f"{RELEASE}-mlflow"]
+    policy["spec"]["rules"][0]["to"][0]["operation"]["port"] = ["5000"]  # a typo Istio refuses
+    with pytest.raises(jsonschema.ValidationError):
+        validate_strict([policy])
+
+
+def test_ray_pods_take_connections_only_from_ray_pods_and_the_operator(chart):
+    from sparring.verl_backend.rayjob import RAY_POD_LABELS
+
+    docs = render(chart, {**MINIMAL, "networkPolicy": {"kubeRayNamespace": "ray-system"}})
+    policy = by_kind(docs, "NetworkPolicy")[f"{RELEASE}-ray"]["spec"]
+    assert policy["podSelector"]["matchLabels"].items() <= RAY_POD_LABELS.items()
+    ray, operator = policy["ingress"]
+    assert ray == {"from": [{"podSelector": policy["podSelector"]}]}  # no port: Ray uses many
+    assert operator["ports"] == [{"port": 8265, "protocol": "TCP"}]  # the dashboard's job API
+    assert operator["from"] == [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ray-system"}},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/component": "kuberay-operator"}},
+        }
+    ]
+    for off in ({"networkPolicy": {"ray": False}}, {"rbac": {"rayJobs": False}}):
+        assert f"{RELEASE}-ray" not in by_kind(render(chart, {**MINIMAL, **off}), "NetworkPolicy")

@@ -20,6 +20,12 @@ Each poll reads the submitter's whole log and prints the lines it has not printe
 
 The API calls it makes are exactly the chart's `rayJobs` RBAC rules: rayjobs create/get/delete,
 pods list, pods/log get (tests/verl_backend/test_rayjob.py checks both against each other).
+
+Every pod (head, workers and the submitter, whose template is ours so that it gets the pull
+secrets) meets the `restricted` Pod Security Standard, starts without an Istio sidecar (a
+sidecar would keep the submitter Job from ever completing in a sidecar-injected Kubeflow profile
+namespace) and carries RAY_POD_LABELS, which the chart's `<release>-ray` NetworkPolicy selects:
+only Ray pods and the KubeRay operator reach them, so the unauthenticated dashboard stays closed.
 """
 
 from __future__ import annotations
@@ -43,6 +49,16 @@ KUBERAY_API = "KubeRay v1.4.2, ray.io/v1"
 GROUP, VERSION, PLURAL = "ray.io", "v1", "rayjobs"
 RAY_VERSION = "2.60.0"  # the runtime image's ray (images/requirements-gpu.lock)
 SHARED_VOLUME = "shared"
+RAY_POD_LABELS = {
+    "app.kubernetes.io/part-of": "sparring",
+    "app.kubernetes.io/component": "verl-ray",
+    "sidecar.istio.io/inject": "false",
+}
+"""Labels of every pod of the RayJob: the chart's NetworkPolicy selects them; no Istio sidecar."""
+SUBMITTER_BACKOFF_LIMIT = 2
+"""Retries of KubeRay's submitter Job (its own default): a transient failure of `ray job submit`
+must not fail a healthy Ray job; a retry checks `ray job status` first, so it never submits
+twice."""
 SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
@@ -58,9 +74,37 @@ def rayjob_name(run_name: str, iteration: int) -> str:
     return f"sparring-verl-{slug}-{digest}-{iteration}".replace("--", "-")
 
 
-def _pod_template(image: str, resources: dict[str, Any], k8s: Any, shared: str) -> dict[str, Any]:
-    """A Ray pod: the runtime image, non-root, the shared volume and a RAM-backed /dev/shm."""
-    container: dict[str, Any] = {
+def _pod_template(
+    container: dict[str, Any], k8s: Any, volumes: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """A pod of the RayJob: RAY_POD_LABELS, `restricted`-compatible (non-root, no privilege
+    escalation, no capabilities, the runtime's seccomp profile), the pull secrets, and `fsGroup`
+    so that the shared volume is writable by the pods' group."""
+    container["securityContext"] = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    spec: dict[str, Any] = {
+        "containers": [container],
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": k8s.run_as_user,
+            "runAsGroup": k8s.run_as_group,
+            "fsGroup": k8s.run_as_group,
+            "fsGroupChangePolicy": "OnRootMismatch",  # no recursive chown of the volume per pod
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+    if volumes:
+        spec["volumes"] = volumes
+    if k8s.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": s} for s in k8s.image_pull_secrets]
+    return {"metadata": {"labels": dict(RAY_POD_LABELS)}, "spec": spec}
+
+
+def _ray_pod(image: str, resources: dict[str, Any], k8s: Any, shared: str) -> dict[str, Any]:
+    """A Ray node: the runtime image, the shared volume and a RAM-backed /dev/shm."""
+    container = {
         "name": "ray",
         "image": image,
         "resources": resources,
@@ -69,20 +113,23 @@ def _pod_template(image: str, resources: dict[str, Any], k8s: Any, shared: str) 
             {"name": "dshm", "mountPath": "/dev/shm"},
         ],
     }
-    spec: dict[str, Any] = {
-        "containers": [container],
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": k8s.run_as_user,
-            "runAsGroup": k8s.run_as_group,
+    return _pod_template(container, k8s, [{"name": "dshm", "emptyDir": {"medium": "Memory"}}])
+
+
+def _submitter_pod(image: str, k8s: Any) -> dict[str, Any]:
+    """KubeRay's default submitter (its name, image and resources) with our pod settings;
+    KubeRay fills in the command (`ray job submit ...`) since the container sets none."""
+    container = {
+        "name": "ray-job-submitter",
+        "image": image,
+        "resources": {
+            "requests": {"cpu": "500m", "memory": "200Mi"},
+            "limits": {"cpu": "1", "memory": "1Gi"},
         },
-        "volumes": [
-            {"name": "dshm", "emptyDir": {"medium": "Memory"}},
-        ],
     }
-    if k8s.image_pull_secrets:
-        spec["imagePullSecrets"] = [{"name": s} for s in k8s.image_pull_secrets]
-    return {"spec": spec}
+    pod = _pod_template(container, k8s, [])
+    pod["spec"]["restartPolicy"] = "Never"
+    return pod
 
 
 def rayjob_manifest(
@@ -96,14 +143,14 @@ def rayjob_manifest(
 ) -> dict[str, Any]:
     """The RayJob for one verl run (see the module docstring). `k8s` is the pipeline's
     KubernetesSettings: node selector, tolerations and accelerator name for the GPU workers,
-    the non-root uid/gid, image pull secrets."""
+    the non-root uid/gid, image pull secrets (every pod's, the submitter's included)."""
     r = cfg.rayjob
     claim = {"name": SHARED_VOLUME, "persistentVolumeClaim": {"claimName": r.shared_pvc}}
     cpu_only = {"cpu": r.head_cpu, "memory": r.head_memory}
-    head = _pod_template(image, {"requests": cpu_only, "limits": cpu_only}, k8s, r.shared_path)
+    head = _ray_pod(image, {"requests": cpu_only, "limits": cpu_only}, k8s, r.shared_path)
     gpus = {k8s.accelerator_type: str(cfg.n_gpus_per_node)}
     worker_res = {"cpu": r.worker_cpu, "memory": r.worker_memory}
-    worker = _pod_template(
+    worker = _ray_pod(
         image,
         {"requests": worker_res, "limits": {**worker_res, **gpus}},
         k8s,
@@ -130,8 +177,9 @@ def rayjob_manifest(
             "shutdownAfterJobFinishes": not r.keep_failed,
             "ttlSecondsAfterFinished": 0,
             "activeDeadlineSeconds": r.timeout_seconds,
-            "backoffLimit": 0,
-            "submitterConfig": {"backoffLimit": 0},
+            "backoffLimit": 0,  # a retry is the task's: a new cluster, the stage started afresh
+            "submitterConfig": {"backoffLimit": SUBMITTER_BACKOFF_LIMIT},
+            "submitterPodTemplate": _submitter_pod(image, k8s),
             "rayClusterSpec": {
                 "rayVersion": RAY_VERSION,
                 "headGroupSpec": {

@@ -1,5 +1,6 @@
-"""verl multi-node on KubeRay: the RayJob manifest against a JSON schema of KubeRay v1.4.2's
-RayJob API (pod templates against Kubernetes' own schema), the create/wait/stream/delete logic
+"""verl multi-node on KubeRay: the RayJob manifest against KubeRay v1.4.2's RayJob CRD schema,
+strictly (pod templates against Kubernetes' own schema and the `restricted` Pod Security
+Standard), the create/wait/stream/delete logic
 and the whole verl task against a fake API server on localhost (tests/verl_backend/fake_kube.py),
 and the chart's RBAC equal to the API calls the task makes."""
 
@@ -18,7 +19,7 @@ import pytest
 import torch
 import yaml
 from fake_kube import FakeKube
-from test_helm import CHART, MINIMAL, RELEASE, render
+from test_helm import CHART, MINIMAL, RELEASE, render, restricted_violations, validate_crd
 from transformers import AutoModelForCausalLM
 
 from sparring.loop import tasks, verl_task
@@ -26,7 +27,31 @@ from sparring.loop.config import PipelineConfig
 from sparring.verl_backend import rayjob
 from sparring.verl_backend.config import RayJobSettings
 
-SCHEMA = json.loads((Path(__file__).parent / "rayjob-v1.4.2.schema.json").read_text())
+CRD = json.loads((Path(__file__).parent / "rayjob-v1.4.2.crd.json").read_text())
+DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def pod_templates(m: dict) -> list[dict]:
+    """The head's, the workers' and the submitter's pod templates."""
+    cluster = m["spec"]["rayClusterSpec"]
+    workers = [g["template"] for g in cluster["workerGroupSpecs"]]
+    return [cluster["headGroupSpec"]["template"], *workers, m["spec"]["submitterPodTemplate"]]
+
+
+def validate_rayjob(m: dict) -> None:
+    """What the API server and KubeRay v1.4.2 check: the CRD schema (strict field validation),
+    each pod template against Kubernetes' pod schema, and KubeRay's name rule
+    (utils.ValidateRayJobMetadata: a DNS-1035 label of at most 47 characters)."""
+    assert m["apiVersion"] == "ray.io/v1" and m["kind"] == "RayJob"
+    validate_crd(m, CRD)
+    for template in pod_templates(m):
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, **template}
+        kubernetes_validate.validate(pod, "1.30", strict=True)
+    name = m["metadata"]["name"]
+    if len(name) > 47 or not DNS1035.match(name):
+        raise ValueError(f"KubeRay refuses the RayJob name {name!r}")
+
+
 RUNNING = {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}
 DONE = {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}
 FAILED = {
@@ -82,12 +107,10 @@ def manifest_for(cfg: PipelineConfig, entrypoint: list[str] | None = None) -> di
 def test_manifest_follows_kuberays_rayjob_api_and_kubernetes_pod_schema(tmp_path):
     cfg = multinode_cfg(tmp_path)
     m = manifest_for(cfg)
-    jsonschema.validate(m, SCHEMA)
+    validate_rayjob(m)
     cluster = m["spec"]["rayClusterSpec"]
     (workers,) = cluster["workerGroupSpecs"]
     for template in (cluster["headGroupSpec"]["template"], workers["template"]):
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, **template}
-        kubernetes_validate.validate(pod, "1.30", strict=True)
         spec = template["spec"]
         assert {"name": "shared", "persistentVolumeClaim": {"claimName": "verl-shared"}} in spec[
             "volumes"
@@ -95,7 +118,6 @@ def test_manifest_follows_kuberays_rayjob_api_and_kubernetes_pod_schema(tmp_path
         (ray,) = spec["containers"]
         assert ray["image"] == "ghcr.io/x/sparring:1-gpu"
         assert {"name": "shared", "mountPath": str(tmp_path / "shared")} in ray["volumeMounts"]
-        assert spec["securityContext"]["runAsNonRoot"] and spec["imagePullSecrets"]
     # nnodes worker pods of n_gpus_per_node GPUs each, pinned (no autoscaling), on GPU nodes
     assert workers["replicas"] == workers["minReplicas"] == workers["maxReplicas"] == 3
     limits = workers["template"]["spec"]["containers"][0]["resources"]["limits"]
@@ -122,17 +144,43 @@ def test_manifest_follows_kuberays_rayjob_api_and_kubernetes_pod_schema(tmp_path
         lambda m: m["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["rayStartParams"].update(
             {"num-gpus": 4}  # map[string]string: an int is rejected by the API server
         ),
-        lambda m: m["spec"].update({"submissionMode": "K8sJob"}),
+        lambda m: m["spec"]["submitterConfig"].update({"backoffLimit": "2"}),  # an int32
+        lambda m: m["spec"]["submitterPodTemplate"]["spec"].update({"restartPolicyy": "Never"}),
         lambda m: m["spec"].update({"shutdownAfterJobFinish": True}),  # typo of a real field
         lambda m: m["spec"]["rayClusterSpec"]["workerGroupSpecs"][0].pop("groupName"),
         lambda m: m["metadata"].update({"name": "Sparring_Verl"}),
     ],
 )
-def test_the_schema_rejects_what_kuberay_would(tmp_path, break_it):
+def test_the_checks_reject_what_kuberay_would(tmp_path, break_it):
     m = manifest_for(multinode_cfg(tmp_path))
     break_it(m)
-    with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(m, SCHEMA)
+    errors = (jsonschema.ValidationError, kubernetes_validate.ValidationError, ValueError)
+    with pytest.raises(errors):
+        validate_rayjob(m)
+
+
+def test_every_ray_pod_is_restricted_sidecar_free_and_pulls_with_the_secrets(tmp_path):
+    """Secured clusters: the submitter (KubeRay's default would get no pull secrets and idle
+    the GPUs until the deadline), the head and the workers all meet the `restricted` Pod
+    Security Standard, start without an Istio sidecar (the submitter Job could never complete
+    with one), carry the labels the chart's NetworkPolicy selects, and write the shared volume
+    as the pods' group."""
+    m = manifest_for(multinode_cfg(tmp_path))
+    for template in pod_templates(m):
+        spec = template["spec"]
+        assert restricted_violations(spec) == []
+        assert template["metadata"]["labels"] == rayjob.RAY_POD_LABELS
+        assert template["metadata"]["labels"]["sidecar.istio.io/inject"] == "false"
+        assert spec["imagePullSecrets"] == [{"name": "regcred"}]
+        assert spec["securityContext"]["fsGroup"] == spec["securityContext"]["runAsGroup"]
+    submitter = m["spec"]["submitterPodTemplate"]["spec"]
+    (container,) = submitter["containers"]
+    assert "command" not in container  # KubeRay fills in `ray job submit ...`
+    assert (
+        container["image"] == "ghcr.io/x/sparring:1-gpu" and submitter["restartPolicy"] == "Never"
+    )
+    # a transient submitter failure is retried (KubeRay's retry checks `ray job status` first)
+    assert m["spec"]["submitterConfig"]["backoffLimit"] >= 2
 
 
 def test_nnodes_above_one_needs_a_shared_volume():

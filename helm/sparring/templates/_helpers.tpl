@@ -95,6 +95,17 @@ sparring.image: a runtime image reference. Call with (dict "ctx" $ "flavor" "cpu
 {{- end }}
 
 {{/*
+sparring.servers: the chart's servers as a JSON list of {component, port}: MLflow (when
+bundled) and the bundled S3 server. The NetworkPolicies and Istio policies cover each.
+*/}}
+{{- define "sparring.servers" -}}
+{{- $servers := list }}
+{{- if .Values.mlflow.enabled }}{{ $servers = append $servers (dict "component" "mlflow" "port" (int .Values.mlflow.service.port)) }}{{ end }}
+{{- if .Values.seaweedfs.enabled }}{{ $servers = append $servers (dict "component" "s3" "port" 8333) }}{{ end }}
+{{- toJson $servers }}
+{{- end }}
+
+{{/*
 sparring.s3SecretName: the Secret holding S3 keys (chart-made or existing); empty for
 serviceAccount mode (IRSA / workload identity).
 */}}
@@ -340,6 +351,9 @@ sparring.validate: fail on value combinations the schema cannot express, naming 
 {{- fail "mlflow.auth.enabled needs mlflow.auth.adminPassword (at least 12 characters, MLflow's rule) or mlflow.auth.existingSecret (keys MLFLOW_TRACKING_USERNAME, MLFLOW_TRACKING_PASSWORD, MLFLOW_FLASK_SERVER_SECRET_KEY)" }}
 {{- end }}
 {{- end }}
+{{- end }}
+{{- if and .Values.istio.enabled (not .Values.networkPolicy.enabled) }}
+{{- fail "istio.enabled admits the MLflow and S3 ports from any caller (run pods have no mTLS identity) and relies on the NetworkPolicies to keep the callers to pipeline pods: set networkPolicy.enabled=true" }}
 {{- end }}
 {{- if and .Values.pipeline.register.recurringRun.enabled (not .Values.pipeline.register.enabled) }}
 {{- fail "pipeline.register.recurringRun.enabled needs pipeline.register.enabled (the Job that creates it)" }}
