@@ -48,6 +48,10 @@ def test_every_mode_is_one_batched_rollout_named_by_mode_and_role(val, plays, tm
     assert metrics["eval/selfplay/player_a/games"] == 3  # the learner holds both seats
     assert metrics["eval/vs_scripted/player_b/games"] == 3
     assert metrics["eval/selfplay/player_a/agreement_rate"] == 1.0  # scripted pairs agree
+    # the policy under test is the scripted baseline itself: the same games, the same reward
+    assert (
+        metrics["eval/baseline/matching-scripted"] == metrics["eval/selfplay/all/normalized_reward"]
+    )
     ids = [e.game_id.split("/", 1)[1] for e in episodes["vs_scripted"]]
     assert ids[0] == "vs_scripted/matching-scripted/player_a#0"
     assert ids[-1] == "vs_scripted/matching-scripted/player_b#0"

@@ -69,6 +69,14 @@ def best_assignment(values: np.ndarray) -> tuple[list[int], float]:
     return cols.tolist(), float(values[rows, cols].sum())
 
 
+def own_view_values(table: np.ndarray, visible: np.ndarray) -> list[float]:
+    """The true value of each seat's best assignment from its own cells alone, an unseen cell
+    counting 50 (`visible`: seat, reviewer, paper). The hard filter's test; `own_best_values`."""
+    k = len(table)
+    guesses = [np.where(seen, table, 50).astype(float) for seen in visible]
+    return [float(table[np.arange(k), best_assignment(g)[0]].sum()) for g in guesses]
+
+
 def generate_state(
     seed: int,
     k: int = 8,
@@ -100,11 +108,7 @@ def generate_state(
         table[~visible[0] & ~visible[1]] = 50
         scales = rng.uniform(1.0, 10.0, size=2)
         best_cols, best = best_assignment(table.astype(float))
-        own = []  # true value of each seat's best guess from its own cells alone
-        for seat in range(2):
-            guess = np.where(visible[seat], table, 50).astype(float)
-            cols, _ = best_assignment(guess)
-            own.append(float(table[np.arange(k), cols].sum()))
+        own = own_view_values(table, visible)
         hard = hard_ratio is None or max(own) < best / hard_ratio
         if hard:
             break
