@@ -12,7 +12,9 @@ A game declares the seatings (`Lineup`s) of each mode (`Game.eval_lineups`), and
 ONE batched rollout. For every mode and role the model played: `sparring.rollout.play_metrics`
 (mean normalized reward with its standard error, invalid rate, mean turns and words, games, and
 the game's own, e.g. matching's agreement rate).
-Metric names: `eval/<mode>/<role>/<metric>` plus `eval/<mode>/all/normalized_reward`.
+Metric names: `eval/<mode>/<role>/<metric>` plus `eval/<mode>/all/normalized_reward`, and
+`eval/<name>` for what the game reads from the model itself (`Game.policy_metrics`: Kuhn
+Poker's `eval/exploitability`).
 Writes metrics.json, rewards.png (per mode and role, with error bars) and the game's own
 report files (`Game.write_report`).
 """
@@ -154,6 +156,9 @@ def evaluate(
             metrics |= prefixed(metric_name(EVAL, mode, role), play_metrics(game, role_plays))
         rewards = [e.rewards[s] for e, s in plays]
         metrics[eval_name(mode, ALL_ROLES, "normalized_reward")] = float(np.mean(rewards))
+    metrics |= prefixed(
+        EVAL, cfg.game.make().policy_metrics(policy, cfg.rollout.sampling.temperature)
+    )
     return metrics | baseline_metrics(baselines, by_state), episodes
 
 

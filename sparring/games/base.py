@@ -25,8 +25,8 @@ Rules for implementers (docs/adding-a-game.md walks through one):
 - Generic code learns everything game-specific through the class attributes and hooks below:
   `agents` (scripted agents by name), `default_opponent`, `extra_group_keys`,
   `group_keys(seat)`, `turn_budget(params)`, `episode_metrics(plays)`, `role_breakdown`,
-  `eval_lineups(mode, opponent)`, `baselines()` and `write_report`. It never reads a key of `outcome()` or
-  of the rule parameters (tests/games/test_seam.py).
+  `eval_lineups(mode, opponent)`, `baselines()`, `policy_metrics` and `write_report`. It
+  never reads a key of `outcome()` or of the rule parameters (tests/games/test_seam.py).
 """
 
 from __future__ import annotations
@@ -279,6 +279,12 @@ class Game(ABC):
         """The trivial and reference policies evaluation reports beside the model (none by
         default)."""
         return ()
+
+    def policy_metrics(self, policy: Any, temperature: float) -> dict[str, float]:
+        """Metrics read from the evaluated model itself, not from games (Kuhn Poker: its
+        exploitability), named without a prefix: evaluation logs them as `eval/<name>`.
+        `policy` is the model's backend; `temperature` the evaluation's (none by default)."""
+        return {}
 
     @classmethod
     def write_report(cls, metrics: dict[str, float], out_dir: Path) -> dict[str, Path]:

@@ -17,9 +17,10 @@ from typing import Any
 
 import textarena as ta
 
-from sparring.games.base import Play
+from sparring.games.base import Baseline, Play
 from sparring.games.textarena.env import TextArenaGame
 from sparring.games.textarena.kuhn import FixedKuhnPokerEnv
+from sparring.metrics import VS_SCRIPTED
 
 
 def baselines(name: str, scripted: str) -> dict[str, str]:
@@ -84,13 +85,28 @@ class KuhnPoker(TextArenaGame):
         chips = self.game_state["player_chips"]
         return super().outcome() | {"chips": [chips[0], chips[1]]}
 
-    def policy_metrics(self, policy: Any, temperature: float) -> dict[str, float]:
-        """`exploitability` of the policy read out at the 12 information sets of one hand
-        (`sparring.games.textarena.exploitability`)."""
-        from sparring.games.textarena import exploitability
+    @classmethod
+    def baselines(cls) -> tuple[Baseline, ...]:
+        """Against the scripted opponent, in the learner's seats: uniform random and
+        always-call (trivial) and the Nash equilibrium (the reference), played."""
+        return (
+            Baseline("kuhn-poker-random", VS_SCRIPTED, trivial=True, agent="kuhn-poker-random"),
+            Baseline("kuhn-poker-call", VS_SCRIPTED, trivial=True, agent="kuhn-poker-call"),
+            Baseline("kuhn-poker-nash", VS_SCRIPTED, trivial=False, agent="kuhn-poker-nash"),
+        )
 
-        table = exploitability.read_policy(policy, self, temperature)
-        return {"exploitability": exploitability.exploitability(table)}
+    def policy_metrics(self, policy: Any, temperature: float) -> dict[str, float]:
+        """`exploitability` of the policy read out at the 12 information sets of one hand, and
+        `exploitability/<baseline>` of the baselines' tables beside it
+        (`sparring.games.textarena.exploitability`)."""
+        from sparring.games.textarena import exploitability as kuhn
+
+        table = kuhn.read_policy(policy, self, temperature)
+        tables = {"kuhn-poker-random": kuhn.UNIFORM, "kuhn-poker-call": kuhn.ALWAYS_CALL}
+        tables["kuhn-poker-nash"] = kuhn.NASH
+        return {"exploitability": kuhn.exploitability(table)} | {
+            f"exploitability/{name}": kuhn.exploitability(t) for name, t in tables.items()
+        }
 
 
 class TicTacToe(TextArenaGame):

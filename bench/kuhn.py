@@ -1,0 +1,122 @@
+"""Does self-play GRPO make a Kuhn Poker policy less exploitable? The product's loop on
+configs/kuhn.yaml, per training seed, scored by exact exploitability (open_spiel).
+
+    .venv/bin/python bench/kuhn.py --seeds 0 1 2 --out runs/kuhn          # the tiny model
+    .venv/bin/python bench/kuhn.py --set model=smollm2-135m-instruct --seeds 0 --out runs/k
+    .venv/bin/python bench/kuhn.py --set iterations=1 --set games_per_iteration=16 \\
+        --set game_init.num_val=4 --set warm_start.num_states=8   # smoke size
+
+1. each training seed runs `sparring.loop.runner.run_loop` as bench/learning.py does (`seeded`:
+   the start evaluated before any update, local files, no tracking, the seed moving the
+   rollout's sampling and the GRPO and SFT seeds)
+2. every evaluation logs `eval/exploitability`: the policy read out of the model at the 12
+   information sets of one hand, each legal reply scored teacher-forced at the evaluation's
+   temperature and normalised over the legal moves (sparring.games.textarena.exploitability);
+   exact for that policy, so its only spread is over training seeds
+3. writes kuhn.json (the curves), kuhn.png, and, for the first seed, policy_start.json and
+   policy_final.json ({open_spiel information state: {"Pass": p, "Bet": q}}; Pass is check or
+   fold, Bet is bet or call), and ends with `RESULT kuhn_exploitability_start`,
+   `kuhn_exploitability_final` and their `_se_seeds` (standard error over training seeds)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from learning import seeded  # bench/learning.py, next to this file
+
+from sparring.cli.options import load_config, parse_params
+from sparring.games.textarena.exploitability import read_policy
+from sparring.generation.hf import HFBackend
+from sparring.loop.config import CONFIG_DIR, PipelineConfig
+from sparring.loop.runner import Iteration, run_loop
+
+METRIC = "eval/exploitability"
+# What a row prints beside the exploitability (those present).
+SHOWN = ("rollout/normalized_reward", "eval/vs_scripted/all/normalized_reward", "train/no_signal")
+
+
+def policy(cfg: PipelineConfig, model: Path) -> dict[str, dict[str, float]]:
+    """The table `eval/exploitability` scored: `model` read out at the eval temperature."""
+    backend = HFBackend(str(model), device=cfg.device)
+    return read_policy(backend, cfg.game.make(), cfg.eval.rollout.sampling.temperature)
+
+
+def se(values: list[float]) -> float:
+    """Standard error of the mean over training seeds (nan for one seed)."""
+    return float(np.std(values, ddof=1) / np.sqrt(len(values))) if len(values) > 1 else np.nan
+
+
+def plot(curves: dict[int, list[dict]], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    for seed, curve in curves.items():
+        ax.plot([r["iteration"] for r in curve], [r[METRIC] for r in curve], "o-",
+                label=f"seed {seed}")  # fmt: skip
+    ax.axhline(11 / 24, color="gray", ls="--", lw=1, label="uniform random (0.458)")
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xlabel("iteration (the first point: the start, before any update)")
+    ax.set_ylabel("exploitability (chips per hand)")
+    ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--config", default=str(CONFIG_DIR / "kuhn.yaml"), help="a pipeline config")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config field (dotted path, YAML value); repeatable")  # fmt: skip
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds")
+    ap.add_argument("--out", help="work folder (default: a temp folder)")
+    args = ap.parse_args()
+
+    base = load_config(PipelineConfig, args.config, parse_params(tuple(args.set)))
+    out = Path(args.out or tempfile.mkdtemp(prefix="sparring-kuhn-"))
+    out.mkdir(parents=True, exist_ok=True)
+    curves: dict[int, list[dict]] = {}
+    # 1. every training seed through the product's loop; 2. each evaluation's exploitability
+    for seed in args.seeds:
+        curve = curves.setdefault(seed, [])
+
+        def report(it: Iteration, curve: list = curve, seed: int = seed) -> None:
+            shown = {k: it.metrics[k] for k in SHOWN if k in it.metrics}
+            curve.append({"seed": seed, "iteration": it.iteration, METRIC: it.metrics[METRIC]})
+            curve[-1] |= shown
+            print(json.dumps(curve[-1]), flush=True)
+            (out / "kuhn.json").write_text(json.dumps({"config": args.config, "curves": curves}))
+
+        cfg = seeded(base, seed, out)
+        result = run_loop(cfg, out / f"seed-{seed}", on_iteration=report)
+        if seed == args.seeds[0]:  # 3. the first seed's tables
+            for name, it in (("start", result.start), ("final", result.iterations[-1])):
+                (out / f"policy_{name}.json").write_text(
+                    json.dumps(policy(cfg, it.model), indent=1, sort_keys=True)
+                )
+    # 3. the report
+    start = [c[0][METRIC] for c in curves.values()]
+    final = [c[-1][METRIC] for c in curves.values()]
+    saved = {"config": args.config, "set": args.set, "curves": curves}
+    (out / "kuhn.json").write_text(json.dumps(saved, indent=1))
+    plot(curves, out / "kuhn.png", f"{base.name} ({base.model}): exploitability per iteration")
+    print(f"curves, tables and plot in {out}")
+    print(f"RESULT kuhn_exploitability_start {np.mean(start):.4f}")
+    print(f"RESULT kuhn_exploitability_start_se_seeds {se(start):.4f}")
+    print(f"RESULT kuhn_exploitability_final {np.mean(final):.4f}")
+    print(f"RESULT kuhn_exploitability_final_se_seeds {se(final):.4f}")
+
+
+if __name__ == "__main__":
+    main()
