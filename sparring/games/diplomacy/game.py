@@ -37,7 +37,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from sparring.games.base import Game, GameStats, Lineup, Play, StepResult, TurnRecord
+from sparring.games.base import (
+    Baseline,
+    Game,
+    GameStats,
+    Lineup,
+    Play,
+    StepResult,
+    TurnRecord,
+)
 from sparring.games.diplomacy.board import ROLES, WIN_CENTERS, Engine, Message
 from sparring.games.diplomacy.bots import BOTS
 from sparring.games.diplomacy.metrics import power_metrics
@@ -462,6 +470,12 @@ class DiplomacyGame(Game):
             Lineup(f"vs_{b}", x.seats) for b in BOTS if b != opponent for x in lineups(mode, b)
         ]
         return lineups(mode, opponent) + others
+
+    @classmethod
+    def baselines(cls) -> tuple[Baseline, ...]:
+        """Each bot of `BOTS` in the learner's country against the `vs_scripted` opponent in the
+        other six, played: `hold` and `random-legal` trivial, `greedy` a reference."""
+        return tuple(Baseline(b, VS_SCRIPTED, trivial=b != "greedy", agent=b) for b in BOTS)
 
     @classmethod
     def write_report(cls, metrics: dict[str, float], out_dir: Path) -> dict[str, Path]:

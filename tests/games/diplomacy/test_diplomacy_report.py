@@ -84,6 +84,11 @@ def test_evaluate_against_every_bot_in_every_country(inits, tmp_path, tiny_model
         assert {f"eval/{mode}/{r}/invalid_rate" for r in ROLES} <= set(metrics)
         assert f"eval/{mode}/FRANCE/centers" in metrics  # the game's own per-power metrics
     assert "eval/selfplay/TURKEY/normalized_reward" in metrics
+    # the bots as baselines: each in the learner's country against greedy, on the same state
+    trivial = [metrics[f"eval/baseline/{b}"] for b in ("hold", "random-legal")]
+    assert 0.0 < metrics["eval/baseline/greedy"] <= 1.0
+    model = metrics["eval/vs_scripted/all/normalized_reward"]  # one state: no pairing to do
+    assert metrics["eval/gain_over_best_trivial"] == pytest.approx(model - max(trivial))
     games = json.loads((tmp_path / "rewards.json").read_text())["vs_scripted"]
     assert {g["game_id"].split("#")[0].split("/", 1)[1] for g in games} == {
         f"vs_scripted/greedy/{r}" for r in ROLES
