@@ -5,12 +5,14 @@ RandomLegalAgent    any game: a uniformly random legal move, seeded by (game see
                     number), so replaying a game replays its moves
 KuhnPokerAgent      bets or calls with a K, checks then calls with a Q, checks then folds with a J
 TicTacToeAgent      wins if it can, else blocks, else takes the centre, a corner, an edge
+PerfectTicTacToeAgent  minimax: never loses; wins soonest, loses latest; ties by centre, corners
 NegotiationAgent    accepts offers worth more to it than they cost; otherwise offers the trade
                     with the smallest gain for itself (the likeliest to be accepted)
 """
 
 from __future__ import annotations
 
+import functools
 import random
 from typing import Any
 
@@ -52,6 +54,34 @@ class TicTacToeAgent:
                 if marks.count(mark) == 2 and marks.count("") == 1:
                     return f"[{line[marks.index('')]}]"
         return f"[{next(i for i in PREFERENCE if i in free)}]"
+
+
+class PerfectTicTacToeAgent:
+    """Minimax over the whole game tree (5478 positions, cached): the move of best `value`,
+    the first in `PREFERENCE` order among equals."""
+
+    def act(self, game: TicTacToe, seat: int) -> str:
+        cells, mark = tuple(game.cells()), game.mark(seat)
+        free = [i for i in PREFERENCE if not cells[i]]
+        return f"[{max(free, key=lambda i: -value(_put(cells, i, mark), _other(mark)))}]"
+
+
+@functools.cache
+def value(cells: tuple[str, ...], mark: str) -> int:
+    """The position's value for `mark`, to move, under perfect play by both: 0 a draw, +(empty
+    cells + 1) after a win, -(empty cells + 1) after a loss (a sooner win is worth more)."""
+    if any(all(cells[i] == _other(mark) for i in line) for line in LINES):
+        return -(cells.count("") + 1)  # the previous move won
+    free = [i for i, c in enumerate(cells) if not c]
+    return max((-value(_put(cells, i, mark), _other(mark)) for i in free), default=0)
+
+
+def _put(cells: tuple[str, ...], i: int, mark: str) -> tuple[str, ...]:
+    return cells[:i] + (mark,) + cells[i + 1 :]
+
+
+def _other(mark: str) -> str:
+    return "O" if mark == "X" else "X"
 
 
 class NegotiationAgent:

@@ -23,7 +23,7 @@ from sparring.games.textarena.kuhn import FixedKuhnPokerEnv
 from sparring.metrics import VS_SCRIPTED
 
 
-def baselines(name: str, scripted: str) -> dict[str, str]:
+def scripted_and_random(name: str, scripted: str) -> dict[str, str]:
     """`<name>-scripted` (the agents module's `scripted` class) and `<name>-random`."""
     module = "sparring.games.textarena.agents"
     return {
@@ -38,7 +38,7 @@ class KuhnPoker(TextArenaGame):
 
     name = "kuhn-poker"
     env_id = "KuhnPoker-v0"
-    agents = baselines("kuhn-poker", "KuhnPokerAgent") | {
+    agents = scripted_and_random("kuhn-poker", "KuhnPokerAgent") | {
         "kuhn-poker-call": "sparring.games.textarena.exploitability:AlwaysCallAgent",
         "kuhn-poker-nash": "sparring.games.textarena.exploitability:NashAgent",
     }
@@ -114,7 +114,9 @@ class TicTacToe(TextArenaGame):
 
     name = "tic-tac-toe"
     env_id = "TicTacToe-v0"
-    agents = baselines("tic-tac-toe", "TicTacToeAgent")
+    agents = scripted_and_random("tic-tac-toe", "TicTacToeAgent") | {
+        "tic-tac-toe-perfect": "sparring.games.textarena.agents:PerfectTicTacToeAgent"
+    }
     default_opponent = "tic-tac-toe-scripted"
 
     def __init__(self, max_retries: int = 1) -> None:
@@ -124,6 +126,17 @@ class TicTacToe(TextArenaGame):
     def turn_budget(cls, params: dict[str, Any]) -> int:
         """Nine cells."""
         return 9
+
+    @classmethod
+    def baselines(cls) -> tuple[Baseline, ...]:
+        """Against the scripted opponent, in the learner's seats, played: a random legal move
+        (trivial) and minimax (`tic-tac-toe-perfect`, never loses; the reference)."""
+        return (
+            Baseline("tic-tac-toe-random", VS_SCRIPTED, trivial=True, agent="tic-tac-toe-random"),
+            Baseline(
+                "tic-tac-toe-perfect", VS_SCRIPTED, trivial=False, agent="tic-tac-toe-perfect"
+            ),
+        )
 
     @staticmethod
     def mark(seat: int) -> str:
@@ -147,7 +160,7 @@ class SimpleNegotiation(TextArenaGame):
 
     name = "simple-negotiation"
     env_id = "SimpleNegotiation-v0"
-    agents = baselines("simple-negotiation", "NegotiationAgent")
+    agents = scripted_and_random("simple-negotiation", "NegotiationAgent")
     default_opponent = "simple-negotiation-scripted"
 
     def __init__(self, max_turns: int = 10, max_retries: int = 1) -> None:
