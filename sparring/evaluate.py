@@ -32,6 +32,7 @@ from sparring.games.base import LEARNER, PREVIOUS, Baseline, Lineup
 from sparring.generation.base import SamplingParams
 from sparring.metrics import (
     ALL_ROLES,
+    BASELINE,
     EVAL,
     EVAL_MODES,
     GAIN_OVER_BEST_TRIVIAL,
@@ -40,6 +41,7 @@ from sparring.metrics import (
     eval_name,
     metric_name,
     prefixed,
+    split_baseline,
     split_eval,
 )
 from sparring.rollout import (
@@ -187,6 +189,18 @@ def baseline_metrics(
     return metrics
 
 
+def headline(metrics: dict[str, float]) -> dict[str, float]:
+    """The figures to read first: the model's reward per mode and role, then every baseline's
+    and the gain over the best trivial one, with their standard errors."""
+    gain = metric_name(EVAL, GAIN_OVER_BEST_TRIVIAL)
+    return {
+        k: v
+        for k, v in metrics.items()
+        if ((p := split_eval(k)) and p[2].startswith("normalized_reward"))
+        or k.startswith((baseline_name(""), gain))
+    }
+
+
 def _se(values: np.ndarray) -> float:
     """Standard error of the mean (0 for a single value)."""
     return float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0
@@ -201,7 +215,8 @@ def _label(seats: tuple[str, ...], roles: tuple[str, ...]) -> str:
 
 
 def plot_rewards(metrics: dict[str, float], path: str | Path, title: str = "eval") -> Path:
-    """Bar chart of normalized reward per mode and role, with standard-error bars."""
+    """Bar chart of normalized reward per mode and role, then the game's baselines (grey),
+    with standard-error bars."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -212,12 +227,15 @@ def plot_rewards(metrics: dict[str, float], path: str | Path, title: str = "eval
         for k in metrics
         if (p := split_eval(k)) and p[2] == "normalized_reward" and p[1] != ALL_ROLES
     )
+    baselines = sorted(k for k in metrics if split_baseline(k))
     labels = ["\n".join(split_eval(k)[:2]) for k in keys]
-    values = [metrics[k] for k in keys]
-    errors = [metrics.get(k + "_se", 0.0) for k in keys]
-    fig, ax = plt.subplots(figsize=(max(4, 1.3 * len(keys)), 3.5))
-    ax.bar(range(len(keys)), values, yerr=errors, capsize=4, color="tab:blue")
-    ax.set_xticks(range(len(keys)), labels, fontsize=8)
+    labels += [f"{BASELINE}\n{split_baseline(k)}" for k in baselines]
+    values = [metrics[k] for k in keys + baselines]
+    errors = [metrics.get(k + "_se", 0.0) for k in keys + baselines]
+    colors = ["tab:blue"] * len(keys) + ["tab:gray"] * len(baselines)
+    fig, ax = plt.subplots(figsize=(max(4, 1.3 * len(labels)), 3.5))
+    ax.bar(range(len(labels)), values, yerr=errors, capsize=4, color=colors)
+    ax.set_xticks(range(len(labels)), labels, fontsize=8)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("normalized reward")
     ax.set_title(title)

@@ -43,6 +43,14 @@ def baseline_name(name: str) -> str:
     return metric_name(EVAL, BASELINE, name)
 
 
+def split_baseline(metric: str) -> str | None:
+    """The name of an `eval/baseline/<name>` metric; None for other names (and its `_se`)."""
+    prefix = baseline_name("")
+    if not metric.startswith(prefix) or metric.endswith("_se"):
+        return None
+    return metric.removeprefix(prefix)
+
+
 def prefixed(prefix: str, metrics: dict[str, float]) -> dict[str, float]:
     """`metrics` with every name under `prefix` (a namespace or a deeper path)."""
     return {metric_name(prefix, k): v for k, v in metrics.items()}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import sparring.evaluate as evaluation
-from sparring.evaluate import EvalConfig, evaluate, lineups, write_eval
+from sparring.evaluate import EvalConfig, evaluate, headline, lineups, write_eval
 from sparring.game_init import GameInitConfig, write_inits
 
 GAME = {"params": {"k": 3, "max_turns": 8}}
@@ -58,6 +58,10 @@ def test_every_mode_is_one_batched_rollout_named_by_mode_and_role(val, plays, tm
     assert episodes["selfplay"][0].game_id.endswith("/selfplay/policy/all#0")
     paths = write_eval(metrics, episodes, tmp_path, cfg.game)
     assert paths["plot"].read_bytes()[:4] == b"\x89PNG"
+    first = headline(metrics)  # what `sparring evaluate` prints: rewards, baselines, the gain
+    assert "eval/selfplay/player_a/normalized_reward_se" in first
+    assert "eval/baseline/random-deal" in first and "eval/gain_over_best_trivial_se" in first
+    assert not any(k.endswith(("invalid_rate", "agreement_rate")) for k in first)
 
 
 def test_vs_previous_needs_a_previous_checkpoint(val, plays):

@@ -39,8 +39,9 @@ def command(
     max_new_tokens,
     device,
 ) -> None:
-    """Evaluate MODEL on val games; write OUT/metrics.json and OUT/rewards.png."""
-    from sparring.evaluate import EvalConfig, load_and_evaluate, write_eval
+    """Evaluate MODEL on val games; write OUT/metrics.json and OUT/rewards.png, and print its
+    reward next to the game's baselines."""
+    from sparring.evaluate import EvalConfig, headline, load_and_evaluate, write_eval
     from sparring.models import resolve_model
 
     overrides = {
@@ -55,6 +56,5 @@ def command(
     prev = resolve_model(previous) if previous else None
     metrics, episodes = load_and_evaluate(resolve_model(model), inits, cfg, prev, device)
     paths = write_eval(metrics, episodes, out, cfg.game)
-    rewards = {k: round(v, 4) for k, v in metrics.items() if k.endswith("normalized_reward")}
-    click.echo(json.dumps(rewards, indent=2))
+    click.echo(json.dumps({k: round(v, 4) for k, v in headline(metrics).items()}, indent=2))
     click.echo(f"wrote {paths['metrics']} and {paths['plot']}")
