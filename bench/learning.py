@@ -8,14 +8,17 @@
         --set game_init.num_val=4 --set warm_start.num_states=8   # smoke size
 
 Each training seed runs `sparring.loop.runner.run_loop`, the loop `sparring run` runs, on the
-config with `--set` overrides, plus what a measurement needs: the start model (after the warm
-start) is evaluated before any update (`evaluate_start`), files stay in `--out` (no S3) and
-nothing is tracked (no MLflow). A training seed moves the rollout's sampling seed (by 1000 per
-seed) and the GRPO and SFT seeds; the states and the evaluation's draws stay the same, so the
-gains of two seeds are comparable. Prints each evaluation as it finishes, writes learning.json
-and learning.png, and ends with `RESULT learning_gain <mean over seeds of the paired gain>`:
-each self-play val game's mean reward at the last iteration minus at the start (the champion
-metric of the matching recipes, paired game by game; learning.json keeps every game's).
+config with `--set` overrides and the training seed (`sparring.loop.replicates.seeded`: the
+rollout's sampling seed moves by 1000 per seed, GRPO and SFT take the seed; the states and the
+evaluation's draws stay the same, so the gains of two seeds are comparable), plus what a
+measurement needs: the start model (after the warm start) is evaluated before any update
+(`evaluate_start`), files stay in `--out` (no S3) and nothing is tracked (no MLflow). Prints
+each evaluation as it finishes, writes learning.json and learning.png; with test states
+(`game_init.num_test`) it prints the test figures per seed with their mean and standard error
+across seeds beside the evaluation's (`sparring run --seeds` prints the same table). Ends with
+`RESULT learning_gain <mean over seeds of the paired gain>`: each val game's champion metric
+at the last iteration minus at the start, paired game by game (learning.json keeps every
+game's).
 """
 
 from __future__ import annotations
@@ -29,37 +32,27 @@ import numpy as np
 
 from sparring.cli.options import load_config, parse_params
 from sparring.loop.config import DEFAULT_CONFIG, PipelineConfig
+from sparring.loop.replicates import Replicate, format_replicates, seeded, summarize
 from sparring.loop.runner import Iteration, run_loop
+from sparring.stats import paired_gain
 
 # What a row prints beside the champion metric (those present).
 SHOWN = ("rollout/normalized_reward", "train/pg_clipfrac", "train/ppo_kl", "train/no_signal")
 
 
-def seeded(base: PipelineConfig, seed: int, out: Path) -> PipelineConfig:
+def measured(base: PipelineConfig, seed: int, out: Path) -> PipelineConfig:
     """`base` for training seed `seed`, measured: start evaluated, local files, no tracking."""
-    data = base.model_dump(mode="json", exclude_unset=True)
-    data |= {"run_name": f"seed-{seed}", "evaluate_start": True}
-    data["storage"] = {"root": str(out / "store")}
-    data["tracking"] = {"enabled": False}
-    data.setdefault("rollout", {}).setdefault("sampling", {})["seed"] = 1000 * seed
-    data.setdefault("train", {})["seed"] = seed
-    if data.get("warm_start"):
-        data["warm_start"].setdefault("train", {})["seed"] = seed
-    return PipelineConfig.model_validate(data)
-
-
-def paired_gain(start: list[float], end: list[float]) -> tuple[float, float]:
-    """Mean and standard error of the per-val-game change (same games, same draws)."""
-    diff = np.array(end) - np.array(start)
-    se = diff.std(ddof=1) / np.sqrt(len(diff)) if len(diff) > 1 else float("nan")
-    return float(diff.mean()), float(se)
+    update = {"run_name": f"seed-{seed}", "evaluate_start": True}
+    update["storage"] = base.storage.model_copy(update={"root": str(out / "store")})
+    update["tracking"] = base.tracking.model_copy(update={"enabled": False})
+    return seeded(base, seed).model_copy(update=update)
 
 
 def row(seed: int, it: Iteration, metric: str) -> dict:
     """One evaluation, as learning.json keeps it."""
     shown = {k: it.metrics[k] for k in SHOWN if k in it.metrics}
     row = {"seed": seed, "iteration": it.iteration, "reward": it.metrics[metric], **shown}
-    return row | {"val_rewards": it.val_rewards}  # a cut-off run's paired gain comes from these
+    return row | {"val_scores": it.val_scores}  # a cut-off run's paired gain comes from these
 
 
 def plot(curves: dict[int, list[dict]], path: Path, title: str) -> None:
@@ -98,25 +91,28 @@ def main() -> None:
 
     base = load_config(PipelineConfig, args.config, parse_params(tuple(args.set)))
     out = Path(args.out or tempfile.mkdtemp(prefix="sparring-learning-"))
-    metric, curves, gains = base.champion_metric, {}, {}
+    metric, curves, gains, replicates = base.champion_metric, {}, {}, []
     title = f"{base.name}: {metric}"
     for seed in args.seeds:
         curve = curves.setdefault(seed, [])
 
         def report(it: Iteration, seed: int = seed, curve: list = curve) -> None:
             curve.append(row(seed, it, metric))
-            print(
-                json.dumps({k: v for k, v in curve[-1].items() if k != "val_rewards"}), flush=True
-            )
+            print(json.dumps({k: v for k, v in curve[-1].items() if k != "val_scores"}), flush=True)
             (out / "learning.json").write_text(
                 json.dumps({"config": args.config, "curves": curves})
             )
 
-        cfg = seeded(base, seed, out)
+        cfg = measured(base, seed, out)
         result = run_loop(cfg, out / f"seed-{seed}", on_iteration=report)
-        gains[seed] = paired_gain(result.start.val_rewards, result.iterations[-1].val_rewards)
+        gains[seed] = paired_gain(result.start.val_scores, result.iterations[-1].val_scores)
         print(f"seed {seed}: gain {gains[seed][0]:+.3f} ± {gains[seed][1]:.3f} (paired s.e.)")
+        if result.test:
+            replicates.append(Replicate(seed, cfg.run_name, result.test))
     summary = {"gains": gains, "curves": curves, "config": args.config, "set": args.set}
+    if replicates:
+        summary["test"] = summarize(replicates)
+        print(format_replicates(summary["test"], metric))
     (out / "learning.json").write_text(json.dumps(summary))
     plot(curves, out / "learning.png", title)
     values = [g for g, _ in gains.values()]

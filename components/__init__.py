@@ -25,6 +25,7 @@ class Components(NamedTuple):
     train: object
     verl_train: object
     evaluate: object
+    evaluate_test: object
     register: object
     finish: object
 
@@ -51,6 +52,7 @@ def make_components(k8s) -> Components:
         train=on(train.train, k8s.train_gpus),
         verl_train=on(train.train_verl, gpus=1),  # verl always runs on GPUs: the -gpu image
         evaluate=on(evaluate.evaluate, k8s.eval_gpus),
+        evaluate_test=on(evaluate.evaluate_test, k8s.eval_gpus),
         register=on(register.register),
         finish=on(run.finish),
     )

@@ -1,4 +1,5 @@
-"""KFP component: evaluation on val games (see sparring.tasks.evaluate)."""
+"""KFP components: evaluation on val games, and once at the end on test games (see
+sparring.loop.tasks.evaluate and evaluate_test)."""
 
 from kfp.dsl import HTML, Artifact, Dataset, Input, Metrics, Model, Output
 
@@ -13,6 +14,7 @@ def evaluate(
     metrics: Output[Metrics],
     report: Output[HTML],
     previous: Input[Model] = None,
+    parent_run_id: str = "",
 ):
     """Play val games in self-play, against `previous` and against the scripted baseline.
 
@@ -23,7 +25,9 @@ def evaluate(
         inits: game-init folder; its val states are played.
         iteration: the round.
         run_name: from `start`; the upload goes to <storage.root>/<run_name>/<iteration>/eval.
-        evaluation: folder with metrics.json, rewards.png and transcripts.json.
+        parent_run_id: the MLflow parent run, for the start's evaluation only (no register
+            step records it); empty otherwise.
+        evaluation: folder with metrics.json, scores.json, rewards.png and transcripts.json.
         metrics: eval/<mode>/<role>/* metrics.
         report: the reward plot and sample transcripts, viewable in the KFP UI.
     """
@@ -40,8 +44,45 @@ def evaluate(
         evaluation.path,
         run_name,
         iteration,
+        parent_run_id or None,
     )
     for name, value in scores.items():
         metrics.log_metric(name, value)
     with open(report.path, "w") as f:
         f.write(page)
+
+
+def evaluate_test(
+    config: str,
+    start: Input[Model],
+    final: Input[Model],
+    inits: Input[Dataset],
+    run_name: str,
+    parent_run_id: str,
+    iteration: int,
+    evaluation: Output[Artifact],
+    metrics: Output[Metrics],
+):
+    """Score the start and the final model once on the test states; their paired gain.
+
+    Args:
+        config: the PipelineConfig as JSON (its `eval` section and champion metric).
+        start: the model before any update (after the warm start).
+        final: the last iteration's checkpoint.
+        inits: game-init folder; its test states are played.
+        run_name: from `start`; the upload goes to <storage.root>/<run_name>/test.
+        parent_run_id: the MLflow parent run, which gets the test/* figures.
+        iteration: the last iteration (the figures' step).
+        evaluation: folder with test.json (the figures and every game's score).
+        metrics: test/start, test/final, test/gain, test/gain_se.
+    """
+    from sparring.loop import tasks
+    from sparring.loop.config import PipelineConfig
+
+    cfg = PipelineConfig.model_validate_json(config).for_step("evaluate")
+    test = f"{inits.path}/test.parquet"
+    figures = tasks.evaluate_test(
+        cfg, start.path, final.path, test, evaluation.path, run_name, parent_run_id, iteration
+    )
+    for name, value in figures.items():
+        metrics.log_metric(name, value)

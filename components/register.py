@@ -48,7 +48,9 @@ def register(
     games = f"{samples.path}/games.jsonl"  # a rollout folder; verl-train's data folder has none
     artifacts = [games if os.path.exists(games) else samples.path, evaluation.path]
     cfg = PipelineConfig.model_validate_json(config)
+    scores = tasks.load_scores(evaluation.path)  # the champion metric per val game
     done = tasks.register(
-        cfg, parent_run_id, run_name, iteration, model.path, metrics, artifacts, kfp_run_id or None
-    )
+        cfg, parent_run_id, run_name, iteration, model.path, metrics, artifacts,
+        kfp_run_id or None, scores,
+    )  # fmt: skip
     return done.version

@@ -11,6 +11,8 @@ Light to import (pydantic, no torch, verl or MLflow): `sparring schema` prints i
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -114,9 +116,12 @@ class Recipe(_Strict):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     """Evaluation: modes, val games, sampling."""
     registered_model: str | None = None
-    """MLflow registered model; None = sparring-<game>."""
+    """MLflow registered model; None = sparring-<game>-<eval_key>, so that recipes whose
+    scores can't be compared never compete for one champion."""
     champion_metric: str = "eval/selfplay/all/normalized_reward"
-    """The eval metric whose highest value wins the `champion` alias."""
+    """The eval metric that picks the `champion` (on val states): a version takes the alias
+    when its paired gain over the champion on the same val games exceeds its standard error
+    (sparring.registry.publish)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -150,8 +155,6 @@ class Recipe(_Strict):
         ws = data.get("warm_start")
         if ws is not None and _as_dict(ws).get("agent") is None:
             data["warm_start"] = {**_as_dict(ws), "agent": game.cls.default_opponent}
-        if data.get("registered_model") is None:
-            data["registered_model"] = f"sparring-{game.name}"
         return data
 
     @model_validator(mode="after")
@@ -165,6 +168,8 @@ class Recipe(_Strict):
             raise ValueError("game_init.num_train and game_init.num_val must both be >= 1")
         if not self.champion_metric.startswith("eval/"):
             raise ValueError(f"champion_metric {self.champion_metric!r} must be an eval/* metric")
+        if self.registered_model is None:
+            self.registered_model = f"sparring-{self.game.name}-{self.eval_key}"
         if self.train_backend == "verl":
             self._check_verl()
         if self.rollout.shards > 1:
@@ -264,6 +269,18 @@ def _as_dict(section: Any) -> dict[str, Any]:
     """A section as given: a mapping, or a model (its explicitly set fields)."""
     if isinstance(section, BaseModel):
         return section.model_dump(exclude_unset=True)
+    @property
+    def eval_key(self) -> str:
+        """What makes two champion scores comparable, hashed (8 hex digits): the game, the val
+        states (seed and count), the evaluation's settings and the champion metric."""
+        what = {
+            "game": self.game.model_dump(mode="json"),
+            "val": [self.game_init.seed, self.game_init.num_val],
+            "eval": self.eval.model_dump(mode="json"),
+            "metric": self.champion_metric,
+        }
+        return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:8]
+
     return dict(section or {})
 
 

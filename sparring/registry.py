@@ -25,8 +25,13 @@ verified storage URI.
      resumable) and `storage.verify` it: a failure leaves it PENDING and registers nothing;
   3. log the eval metrics against it (`model_id`), then finalize it READY;
   4. create the version from a READY logged model only, tagged and described (model card);
-  5. move `champion` if the score beats the champion's: compare-and-set against the version the
-     decision was made on (`move_champion`).
+  5. move `champion` if the version beats the champion (`improves`: its paired gain over the
+     champion on the same val games exceeds that gain's standard error): compare-and-set
+     against the version the decision was made on (`move_champion`).
+
+Each version keeps its per-game val scores (the run artifact `champion/val_scores.json`) and
+its recipe's `eval_key` (a tag): a champion scored on other val games or another evaluation
+can't be paired, so `publish` refuses to compare with it.
 """
 
 from __future__ import annotations
@@ -46,9 +51,12 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from sparring import storage
+from sparring.stats import paired_gain
 from sparring.tracking import CHAMPION, CHECKPOINT_TAG, RUN_TAG, connect
 
 MODEL_ID_TAG = "sparring.model_id"  # the version's logged model (search results omit model_id)
+EVAL_KEY_TAG = "sparring.eval_key"  # what its score is comparable with (Recipe.eval_key)
+SCORES_ARTIFACT = "champion/val_scores.json"  # its per-val-game scores, in its run
 INFERENCE_TASK = "llm/v1/chat"  # pyfunc takes {"messages": [...]} and returns chat.completion
 _TOKENIZER_DIR = "components/tokenizer"  # where MLflow's transformers flavour reads it
 
@@ -206,6 +214,44 @@ def move_champion(client: MlflowClient, name: str, version: str, expected: str |
     return True
 
 
+def improves(
+    score: float,
+    scores: Mapping[str, float] | None,
+    champion_score: float,
+    champion_scores: Mapping[str, float] | None,
+) -> bool:
+    """Whether a version scoring `score` (`scores` per val game) replaces the champion: with
+    per-game scores on both sides, when its paired gain on the shared games exceeds the gain's
+    standard error (never on a single shared game, whose s.e. is unknown); else (a champion
+    registered before per-game scores were kept) when its score is higher."""
+    if scores and champion_scores:
+        gain, se = paired_gain(champion_scores, scores)
+        return gain > se
+    return float(score) > float(champion_score)
+
+
+def _champion_scores(client: MlflowClient, version) -> dict[str, float] | None:
+    """The per-game val scores `version` was registered with, if it kept them."""
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = client.download_artifacts(version.run_id, SCORES_ARTIFACT, tmp)
+            return json.loads(Path(path).read_text())
+    except (MlflowException, OSError):
+        return None
+
+
+def _check_comparable(current, eval_key: str, model_name: str) -> None:
+    """ValueError if the champion was scored by another evaluation than `eval_key`'s."""
+    theirs = current.tags.get(EVAL_KEY_TAG) if current is not None else None
+    if eval_key and theirs and theirs != eval_key:
+        raise ValueError(
+            f"{model_name}'s champion v{current.version} was scored by another evaluation "
+            f"(eval key {theirs}, this run's {eval_key}: other val states, eval settings or "
+            "champion metric), so the two can't be compared: set registered_model to a new "
+            "name, or leave it unset (the default name carries the eval key)"
+        )
+
+
 def publish(
     client: MlflowClient,
     model_name: str,
@@ -216,6 +262,8 @@ def publish(
     metrics: Mapping[str, float],
     score: float,
     fallback_uri: str,
+    scores: Mapping[str, float] | None = None,
+    eval_key: str = "",
     artifacts_destination: str | None = None,
     tags: Mapping[str, str] | None = None,
     facts: Mapping[str, str] | None = None,
@@ -230,13 +278,15 @@ def publish(
     `fallback_uri` (source = that URI). `run_id` is the iteration's run; `metrics` (eval) are
     logged to it against the logged model at step `iteration` (and to `parent_run_id` for the
     curve across iterations); `tags` and `facts` (the model card's table) describe the version.
-    The champion has the highest `score` (ties keep it).
+    `score` is its champion metric on val, `scores` the same per val game (game id -> score)
+    and `eval_key` what they are comparable with (`Recipe.eval_key`); see `improves`.
     """
     # 1. a retry finds the version it made
     if (found := _find_version(client, model_name, run_id, iteration)) is not None:
         uri = found.tags[CHECKPOINT_TAG]
         model_id = found.tags[MODEL_ID_TAG]
         return _champion_state(client, model_name, str(found.version), model_id, uri)
+    _check_comparable(champion(model_name, client), eval_key, model_name)
     try:
         client.create_registered_model(model_name)
     except MlflowException as e:
@@ -255,11 +305,15 @@ def publish(
     if parent_run_id:
         batch = [Metric(k, float(v), now, iteration) for k, v in metrics.items()]
         client.log_batch(parent_run_id, metrics=batch)
+    if scores:
+        client.log_dict(run_id, dict(scores), SCORES_ARTIFACT)
     client.set_logged_model_tags(model.model_id, {CHECKPOINT_TAG: uri})
     client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
     # 4. the version, from a READY logged model only
     version_tags = {CHECKPOINT_TAG: uri, MODEL_ID_TAG: model.model_id, "iteration": str(iteration)}
     version_tags["score"] = repr(float(score))
+    if eval_key:
+        version_tags[EVAL_KEY_TAG] = eval_key
     version = str(
         client.create_model_version(
             model_name,
@@ -274,8 +328,10 @@ def publish(
     # 5. champion: compare-and-set against the champion the decision was made on
     for _ in range(3):
         current = champion(model_name, client)
-        best = float(current.tags.get("score", "-inf")) if current else float("-inf")
-        if float(score) <= best or move_champion(
+        better = current is None or improves(
+            score, scores, float(current.tags["score"]), _champion_scores(client, current)
+        )
+        if not better or move_champion(
             client, model_name, version, current and str(current.version)
         ):
             break

@@ -121,7 +121,7 @@ def test_grouping_ablation_bench(tiny_model_dir, tmp_path):
 
 
 # The smallest run of a shipped recipe that still warm-starts, plays, trains and evaluates.
-SMOKE = ("iterations=1", "game_init.num_val=3", "warm_start.num_states=4")
+SMOKE = ("iterations=1", "game_init.num_val=3", "game_init.num_test=2", "warm_start.num_states=4")
 SMOKE += ("warm_start.train.epochs=1", "rollout.sampling.max_new_tokens=8")
 SMOKE += ("eval.rollout.sampling.max_new_tokens=8", "game.params.max_turns=2")
 
@@ -132,7 +132,8 @@ def smoke_args(*pairs: str) -> list[str]:
 
 def test_learning_bench_runs_the_product_loop_per_training_seed(tiny_model_dir, tmp_path):
     """Two training seeds of configs/pipeline.yaml through `run_loop`: each curve starts with
-    the evaluation before any update, and the RESULT is the mean of the seeds' paired gains."""
+    the evaluation before any update, the RESULT is the mean of the seeds' paired gains, and
+    the test figures are summarized across the seeds."""
     sets = smoke_args(f"model={tiny_model_dir}", "games_per_iteration=16")
     results = bench_results("learning.py", *sets, "--seeds", "0", "1", "--out", str(tmp_path))
     saved = json.loads((tmp_path / "learning.json").read_text())
@@ -145,6 +146,10 @@ def test_learning_bench_runs_the_product_loop_per_training_seed(tiny_model_dir, 
     for seed, curve in saved["curves"].items():  # the gain is the champion metric's change
         assert saved["gains"][seed][0] == pytest.approx(curve[-1]["reward"] - curve[0]["reward"])
     assert (tmp_path / "learning.png").stat().st_size > 1000
+    test = saved["test"]  # both seeds' test gains, their mean and its s.e. across the two
+    seeds = [test["seeds"][s]["test/gain"] for s in ("0", "1")]
+    assert test["mean"]["test/gain"] == pytest.approx(sum(seeds) / 2)
+    assert test["se_seeds"]["test/gain"] == pytest.approx(abs(seeds[0] - seeds[1]) / 2)
 
 
 def test_learning_bench_real_model(smollm2_dir, tmp_path):

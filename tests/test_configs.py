@@ -145,6 +145,23 @@ def test_no_two_shipped_recipes_compete_for_one_champion():
             names[cfg.registered_model] = path.name
 
 
+def test_a_recipe_without_a_registered_model_gets_one_per_evaluation():
+    """The default name carries the eval key: another training shares the champion, another
+    evaluation (game, val states, eval settings or champion metric) does not."""
+    base = PipelineConfig.model_validate({})
+    assert base.registered_model == f"sparring-matching-{base.eval_key}"
+    retrained = PipelineConfig.model_validate({"train": {"lr": 1e-5}, "iterations": 9})
+    assert retrained.registered_model == base.registered_model
+    for other in (
+        {"game": {"params": {"k": 4}}},
+        {"game_init": {"num_val": 8}},
+        {"game_init": {"seed": 1}},
+        {"eval": {"modes": ["selfplay"]}},
+        {"champion_metric": "eval/vs_scripted/all/normalized_reward"},
+    ):
+        assert PipelineConfig.model_validate(other).registered_model != base.registered_model
+
+
 @pytest.mark.parametrize(
     "section",
     [

@@ -255,6 +255,35 @@ def test_champion_is_a_compare_and_set(sqlite_cfg, tiny_model_dir):
     assert champion(cfg.registered_model, client).version == 4
 
 
+def test_the_champion_moves_only_on_a_paired_gain_beyond_its_standard_error(cfg, tiny_model_dir):
+    """Scores per val game, the same 4 games each time (a real server keeps them as run
+    artifacts, which the next register reads back)."""
+    client, metric = connect(cfg.tracking), cfg.champion_metric
+    parent = PipelineRun.start(cfg.tracking, "r").run_id
+
+    def register(i: int, scores: dict[str, float]) -> tasks.Registered:
+        evals = {**EVALS, metric: sum(scores.values()) / len(scores)}
+        return tasks.register(cfg, parent, "r", i, str(tiny_model_dir), evals, scores=scores)
+
+    first = {"g0": 0.5, "g1": 0.2, "g2": 0.8, "g3": 0.4}  # mean .475
+    assert register(0, first).champion_version == "1"
+    # noise: differences +.3 -.1 +.2 -.2, mean +.05; deviations ±.25 ±.15, so
+    # s.d. = sqrt((2 * .0625 + 2 * .0225) / 3) = .238, s.e. = .238 / 2 = .119 > .05: it stays,
+    # though the mean score is higher (.525 > .475)
+    noisy = {"g0": 0.8, "g1": 0.1, "g2": 1.0, "g3": 0.2}
+    assert register(1, noisy).champion_version == "1"
+    # a real gain: differences +.1 +.15 +.1 +.05, mean +.1; s.d. = sqrt(.005 / 3) = .0408,
+    # s.e. = .0204 < .1: it moves
+    better = {"g0": 0.6, "g1": 0.35, "g2": 0.9, "g3": 0.45}
+    assert register(2, better).champion_version == "3"
+    assert registry.improves(0.5, None, 0.4, None)  # no per-game scores: the higher score
+    # a run scored by another evaluation (other val states) can't be compared: refused
+    other = cfg.model_copy(update={"game_init": cfg.game_init.model_copy(update={"num_val": 9})})
+    with pytest.raises(ValueError, match="scored by another evaluation"):
+        tasks.register(other, parent, "r", 3, str(tiny_model_dir), EVALS, scores=first)
+    assert len(client.search_model_versions(f"name = '{cfg.registered_model}'")) == 3
+
+
 @pytest.fixture(scope="module")
 def auth_server(s3_server, tmp_path_factory):
     """`mlflow_server` behind MLflow's basic-auth app (the chart's `mlflow.auth.enabled`)."""

@@ -1,4 +1,4 @@
-"""`sparring game-init`: write seeded initial states (train/val parquet)."""
+"""`sparring game-init`: write seeded initial states (train/val/test parquet)."""
 
 from __future__ import annotations
 
@@ -16,13 +16,15 @@ from sparring.games import DEFAULT_GAME, GAMES
 )
 @click.option("--train", "num_train", type=int, help="Number of train states.")
 @click.option("--val", "num_val", type=int, help="Number of val states.")
+@click.option("--test", "num_test", type=int, help="Number of held-out test states.")
 @click.option("--seed", type=int, help="Base seed.")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Output directory.")
-def command(config, game, params, num_train, num_val, seed, out) -> None:
-    """Generate seeded initial game states into OUT/train.parquet and OUT/val.parquet."""
+def command(config, game, params, num_train, num_val, num_test, seed, out) -> None:
+    """Generate seeded initial game states into OUT/{train,val,test}.parquet."""
     from sparring.game_init import GameInitConfig, write_inits
 
-    overrides = {"game.name": game, "num_train": num_train, "num_val": num_val, "seed": seed}
+    overrides = {"game.name": game, "num_train": num_train, "num_val": num_val}
+    overrides |= {"num_test": num_test, "seed": seed}
     overrides |= parse_params(params, "game.params.")
     cfg = load_config(GameInitConfig, config, overrides)
     for split, path in write_inits(cfg, out).items():

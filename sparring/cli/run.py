@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import sys
+import time
+from pathlib import Path
 
 import click
 
@@ -35,8 +38,15 @@ from sparring.cli.options import load_config
     help="Run the compiled KFP pipeline under kfp.local (one subprocess per task) instead of "
     "the same loop in this process.",
 )
+@click.option(
+    "--seeds",
+    callback=lambda ctx, param, value: [int(s) for v in value for s in v.split(",")],
+    multiple=True,
+    help="Training seeds, e.g. 0,1,2: one run each, then the test figures' mean and standard "
+    "error across seeds beside the evaluation's (needs game_init.num_test > 0).",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Show the full log.")
-def command(config, model, iterations, games_per_iteration, run_name, workdir, kfp, verbose):
+def command(config, model, iterations, games_per_iteration, run_name, workdir, kfp, seeds, verbose):
     """Run the iterative self-play loop on this machine and print a summary.
 
     With no flags: the embedded default (configs/pipeline.yaml: the tiny model, warm-started
@@ -46,6 +56,7 @@ def command(config, model, iterations, games_per_iteration, run_name, workdir, k
     """
     from sparring.loop.config import DEFAULT_CONFIG, PipelineConfig
     from sparring.loop.local import format_summary, in_process, run_local
+    from sparring.loop.replicates import Replicate, format_replicates, seeded, summarize
     from sparring.loop.stop import Stopped
 
     overrides = {
@@ -59,11 +70,25 @@ def command(config, model, iterations, games_per_iteration, run_name, workdir, k
         from sparring.pipelines.local import run_kfp as engine
     else:
         engine = in_process
-    try:
-        result = run_local(cfg, workdir, verbose, engine)
-    except RuntimeError as e:
-        raise click.ClickException(str(e)) from e
-    except Stopped as e:  # local services stopped, MLflow parent run KILLED
-        click.echo(f"{e}: MLflow parent run KILLED; partial artifacts in {e.partial}", err=True)
-        sys.exit(e.exit_code)
-    click.echo(format_summary(result, cfg.champion_metric))
+    if seeds and not cfg.game_init.num_test:
+        raise click.UsageError("--seeds reports test figures: set game_init.num_test > 0")
+    base = cfg.run_name or f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    runs = []
+    for seed in seeds or [None]:
+        this = cfg if seed is None else seeded(cfg, seed)
+        if seed is not None:
+            this = this.model_copy(update={"run_name": f"{base}-seed{seed}"})
+        try:
+            result = run_local(this, workdir, verbose, engine)
+        except RuntimeError as e:
+            raise click.ClickException(str(e)) from e
+        except Stopped as e:  # local services stopped, MLflow parent run KILLED
+            click.echo(f"{e}: MLflow parent run KILLED; partial artifacts in {e.partial}", err=True)
+            sys.exit(e.exit_code)
+        click.echo(format_summary(result, this))
+        runs.append(Replicate(seed, result.run_name, result.test))
+    if seeds:
+        summary = summarize(runs)
+        path = Path(workdir) / f"{base}-seeds.json"
+        path.write_text(json.dumps(summary | {"config": cfg.model_dump(mode="json")}, indent=1))
+        click.echo(f"{format_replicates(summary, cfg.champion_metric)}\nsummary: {path}")

@@ -50,6 +50,13 @@ def eval_games(cfg: PipelineConfig) -> int:
     return states * sum(map(len, lineups))
 
 
+def test_games(cfg: PipelineConfig) -> int:
+    """Games the test evaluation plays: every test state once per lineup of the champion
+    metric's mode, for the start and the final model."""
+    mode = cfg.champion_metric.split("/")[1]
+    return 2 * cfg.game_init.num_test * len(cfg.game.cls.eval_lineups(mode, cfg.eval.opponent))
+
+
 def estimate_seconds(cfg: PipelineConfig, matmul: float = REFERENCE_MATMUL) -> float | None:
     """Wall seconds of `cfg` on 2 idle CPU cores that multiply matrices at `matmul` FLOP/s, or
     None for a model without measured costs or off CPU."""
@@ -64,8 +71,10 @@ def estimate_seconds(cfg: PipelineConfig, matmul: float = REFERENCE_MATMUL) -> f
         cfg.games_per_iteration * (costs.rollout * budget + costs.train)
         + eval_games(cfg) * costs.eval * budget
     )
+    once = (cfg.evaluate_start * eval_games(cfg) + test_games(cfg)) * costs.eval * budget
     tasks = 4 + (ws is not None) + 4 * cfg.iterations  # start, init, model, finish, per iteration
-    seconds = tasks * TASK_SECONDS + sft + cfg.iterations * per_iteration
+    tasks += cfg.evaluate_start + (cfg.game_init.num_test > 0)
+    seconds = tasks * TASK_SECONDS + sft + cfg.iterations * per_iteration + once
     return seconds * REFERENCE_MATMUL / matmul
 
 

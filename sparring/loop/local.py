@@ -47,6 +47,7 @@ class LocalRun(NamedTuple):
     parent_run_id: str
     rows: list[dict[str, Any]]  # per iteration, see sparring.loop.reports.summary_rows
     champion: Any  # the champion ModelVersion, or None
+    test: dict[str, float]  # the test figures (sparring.loop.tasks.evaluate_test), or {}
     tracking_uri: str
     mlflow_ui: str  # how to open the MLflow UI on this run (see `mlflow_ui`)
     storage_root: str
@@ -120,7 +121,7 @@ def run_local(
     """Run the loop for `cfg` on this machine with `engine`; see the module docstring."""
     from sparring.loop import runs
     from sparring.loop.estimate import REFERENCE_MATMUL, estimate_here
-    from sparring.loop.reports import summary_rows
+    from sparring.loop.reports import summary_rows, test_figures
     from sparring.registry import champion
     from sparring.tracking import connect
 
@@ -164,6 +165,7 @@ def run_local(
             parent.info.run_id,
             rows,
             champion(cfg.registered_model, client),
+            test_figures(parent.info.run_id, client),
             cfg.tracking.resolved_uri(),
             mlflow_ui(cfg.tracking, workdir / "mlflow" if own_mlflow else None),
             f"{cfg.storage.root.rstrip('/')}/{run_name}",
@@ -174,20 +176,25 @@ def run_local(
         )
 
 
-def format_summary(result: LocalRun, champion_metric: str) -> str:
-    """The table `sparring run` prints at the end."""
+def format_summary(result: LocalRun, cfg: PipelineConfig) -> str:
+    """The table `sparring run` prints at the end: one row per evaluation (the first the
+    start's, before any update, with `evaluate_start`), then the champion and the test."""
+    from sparring.loop.reports import iteration_label, test_line
+
+    metric = cfg.champion_metric
     lines = [
-        f"run {result.run_name}: {len(result.rows)} iterations in {result.seconds:.0f} s",
-        f"{'iter':>4}  {'rollout reward':>14}  {champion_metric:>36}  {'version':>7}  checkpoint",
+        f"run {result.run_name}: {cfg.iterations} iterations in {result.seconds:.0f} s",
+        f"{'iter':>5}  {'rollout reward':>14}  {metric:>36}  {'version':>7}  checkpoint",
     ]
     for r in result.rows:
         lines.append(
-            f"{r['iteration']:>4}  {r['rollout']:>14.3f}  {r['score']:>36.3f}  "
-            f"{r['version']:>7}  {r['checkpoint']}"
+            f"{iteration_label(cfg, r['iteration']):>5}  {r['rollout']:>14.3f}  "
+            f"{r['score']:>36.3f}  {r['version']:>7}  {r['checkpoint']}"
         )
     champ = result.champion
     lines += [
         f"champion: v{champ.version} ({champ.source})" if champ else "champion: none",
+        *([test_line(cfg, result.test)] if result.test else []),
         f"artifacts: {result.storage_root}/"
         + (f"  (local S3 data in {result.s3_data_dir})" if result.s3_data_dir else ""),
         f"task logs: {result.log}",

@@ -1,5 +1,6 @@
 """What a run shows people: the evaluation page (HTML, in the KFP UI) and the run summary
-(Markdown: one row per iteration, and the champion)."""
+(Markdown: one row per evaluation, from the start's before any update, the champion and the
+test figures)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sparring.loop.config import PipelineConfig
-from sparring.metrics import ROLLOUT, metric_name, split_eval
+from sparring.metrics import ROLLOUT, TEST, metric_name, split_eval
 
 
 def eval_report(
@@ -43,11 +44,18 @@ def eval_report(
 
 
 def run_summary(
-    cfg: PipelineConfig, run_name: str, status: str, rows: list[dict[str, Any]], champion: Any
+    cfg: PipelineConfig,
+    run_name: str,
+    status: str,
+    rows: list[dict[str, Any]],
+    champion: Any,
+    test: dict[str, float],
 ) -> str:
-    """The Markdown summary `finish` writes: reward per iteration and the champion."""
+    """The Markdown summary `finish` writes: reward per iteration (the first row the start's
+    with `evaluate_start`), the champion and the test figures."""
     table = "\n".join(
-        f"| {r['iteration']} | {r['rollout']:.3f} | {r['score']:.3f} | {r['version']} |"
+        f"| {iteration_label(cfg, r['iteration'])} | {r['rollout']:.3f} | {r['score']:.3f} | "
+        f"{r['version']} |"
         for r in rows
     )
     return (
@@ -55,11 +63,33 @@ def run_summary(
         f"version |\n|---|---|---|---|\n{table}\n\n"
         f"champion: `models:/{cfg.registered_model}@champion` = "
         f"v{champion.version if champion else '-'} ({champion.source if champion else 'none'})\n"
+        + (f"\n{test_line(cfg, test)}\n" if test else "")
     )
 
 
+def iteration_label(cfg: PipelineConfig, iteration: int) -> str:
+    """An evaluation's row label: its iteration, or `start` for the one before any update."""
+    return "start" if iteration < cfg.first_iteration else str(iteration)
+
+
+def test_line(cfg: PipelineConfig, test: dict[str, float]) -> str:
+    """The test figures (`tasks.evaluate_test`) in one sentence."""
+    return (
+        f"test ({cfg.game_init.num_test} held-out states, once): {cfg.champion_metric} "
+        f"{test['test/start']:.3f} at the start, {test['test/final']:.3f} at the end, gain "
+        f"{test['test/gain']:+.3f} ± {test['test/gain_se']:.3f} (paired s.e.)"
+    )
+
+
+def test_figures(parent_run_id: str, client: Any) -> dict[str, float]:
+    """The parent run's test/* metrics ({} if the run had no test evaluation)."""
+    metrics = client.get_run(parent_run_id).data.metrics
+    return {k: v for k, v in metrics.items() if k.startswith(f"{TEST}/")}
+
+
 def summary_rows(cfg: PipelineConfig, parent_run_id: str, client: Any) -> list[dict[str, Any]]:
-    """Per iteration of the parent run: rollout reward, champion metric, model version, URI."""
+    """Per iteration of the parent run (and the start, which has no rollout nor version):
+    rollout reward, champion metric, model version, URI."""
     from sparring.tracking import CHECKPOINT_TAG, ITERATION_TAG
 
     parent = client.get_run(parent_run_id)

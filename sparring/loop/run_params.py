@@ -110,6 +110,8 @@ def shape(cfg: PipelineConfig) -> dict[str, Any]:
         "iterations": cfg.iterations,
         "first_iteration": cfg.first_iteration,
         "warm_start": cfg.warm_start is not None,
+        "evaluate_start": cfg.evaluate_start,
+        "test": cfg.game_init.num_test > 0,
         "train_backend": cfg.train_backend,
         "verl.n_gpus_per_node": cfg.verl.n_gpus_per_node,
         "opponent_checkpoints": cfg.opponents.checkpoint_steps,

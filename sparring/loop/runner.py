@@ -13,17 +13,17 @@ stage runs on the recipe's `device`; the KFP graph alone moves GPU-less steps to
 
 Steps (the numbers repeat in the body):
   0. start: store the config, open the MLflow parent run (when tracking is on)
-  1. game-init: seeded train/val states
+  1. game-init: seeded train/val/test states
   2. the initial model, optionally warm-started by SFT on scripted self-play
-  3. optionally, evaluate it before any update (`evaluate_start`)
+  3. optionally, evaluate it on val before any update (`evaluate_start`): the table's first row
   4. per iteration: rollout (or, with `train_backend: verl`, one verl task that plays and
      trains), GRPO update, evaluation on val states, register (champion if better)
-  5. finish: end the parent run, the run's summary
+  5. with `game_init.num_test` > 0, the start and the final model once on the test states
+  6. finish: end the parent run, the run's summary
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,7 +42,7 @@ class Iteration(NamedTuple):
     model_dir: Path  # the trained checkpoint (the next rollout's policy)
     metrics: dict[str, float]  # rollout/*, train/*, eval/*, perf/*
     registered: tasks.Registered
-    val_rewards: list[float]  # mean reward of every self-play val game, in val order
+    val_scores: dict[str, float]  # the champion metric per val game (tasks.game_scores)
 
 
 class LoopResult(NamedTuple):
@@ -52,6 +52,7 @@ class LoopResult(NamedTuple):
     parent_run_id: str  # "" with tracking off
     start: Iteration | None  # the model before any update, with `evaluate_start`
     iterations: list[Iteration]
+    test: dict[str, float]  # test/start, test/final, test/gain, test/gain_se; {} without test
     summary: str  # the run summary (Markdown) that `finish` wrote
 
 
@@ -69,16 +70,16 @@ def run_loop(
     # 0. start
     run_name, parent = tasks.start(cfg, job_id, job_id)
     try:
-        start, done = _iterate(cfg, work, run_name, parent, on_iteration)
-    except Exception as err:  # 5. finish, failed (a signal's Stopped is the caller's to report)
+        start, done, test = _iterate(cfg, work, run_name, parent, on_iteration)
+    except Exception as err:  # 6. finish, failed (a signal's Stopped is the caller's to report)
         try:
             tasks.finish(cfg, job_id, job_id, failed=True)
         except Exception as also:  # e.g. MLflow gone too: the first error is the one to see
             err.add_note(f"and ending the MLflow parent run failed: {also}")
         raise
-    # 5. finish
+    # 6. finish
     summary = tasks.finish(cfg, job_id, job_id)
-    return LoopResult(run_name, parent, start, done, summary)
+    return LoopResult(run_name, parent, start, done, test, summary)
 
 
 def _iterate(
@@ -87,8 +88,8 @@ def _iterate(
     run_name: str,
     parent: str,
     on_iteration: Callable[[Iteration], None] | None,
-) -> tuple[Iteration | None, list[Iteration]]:
-    """Steps 1-4: game-init, the initial model, its evaluation, the iterations."""
+) -> tuple[Iteration | None, list[Iteration], dict[str, float]]:
+    """Steps 1-5: game-init, the initial model, its evaluation, the iterations, the test."""
     # 1. game-init
     log("game-init")
     inits = tasks.game_init(cfg, work / "inits", run_name)
@@ -101,10 +102,11 @@ def _iterate(
         tasks.warm_start(cfg, str(model), train_inits, work / "warm")
         model = work / "warm"
     reference, schedule = model, None
-    # 3. the start, evaluated
+    # 3. the start, evaluated (and recorded: no register step follows it)
     start = None
     if cfg.evaluate_start:
-        start = _evaluate(cfg, model, None, val_inits, work, run_name, cfg.first_iteration - 1)
+        i = cfg.first_iteration - 1
+        start = _evaluate(cfg, model, None, val_inits, work, run_name, i, parent or None)
         if on_iteration:
             on_iteration(start)
     # 4. the iterations
@@ -121,14 +123,23 @@ def _iterate(
         evaluated = _evaluate(cfg, trained, model, val_inits, work, run_name, i)
         metrics |= evaluated.metrics
         registered = tasks.register(
-            cfg, parent, run_name, i, str(trained), metrics, [out / "eval" / "metrics.json"]
-        )
-        it = Iteration(i, trained, metrics, registered, evaluated.val_rewards)
+            cfg, parent, run_name, i, str(trained), metrics, [out / "eval" / "metrics.json"],
+            scores=evaluated.val_scores,
+        )  # fmt: skip
+        it = Iteration(i, trained, metrics, registered, evaluated.val_scores)
         done.append(it)
         if on_iteration:
             on_iteration(it)
         model = trained
-    return start, done
+    # 5. the claim: start and final model on the test states, once
+    test = {}
+    if cfg.game_init.num_test:
+        log("test: the start and the final model on the test states")
+        test = tasks.evaluate_test(
+            cfg, str(reference), str(model), str(inits["test"]), work / "test", run_name,
+            parent or None, done[-1].iteration,
+        )  # fmt: skip
+    return start, done, test
 
 
 def _play_and_train(
@@ -175,22 +186,14 @@ def _evaluate(
     work: Path,
     run_name: str,
     iteration: int,
+    record: str | None = None,
 ) -> Iteration:
-    """4b. Evaluate `model` on the val states (against `previous` where a mode needs it)."""
+    """4b. Evaluate `model` on the val states (against `previous` where a mode needs it); with
+    `record`, a parent run id, log it there (the start, which no register records)."""
     out = work / str(iteration) / "eval"
+    previous_dir = str(previous) if previous else None
     metrics, _ = tasks.evaluate(
-        cfg,
-        str(model),
-        str(previous) if previous else None,
-        val_inits,
-        out,
-        run_name,
-        iteration,
+        cfg, str(model), previous_dir, val_inits, out, run_name, iteration, record
     )
-    return Iteration(iteration, model, metrics, tasks.Registered("", "", ""), val_rewards(out))
-
-
-def val_rewards(eval_dir: Path) -> list[float]:
-    """Mean reward over the seats of each self-play val game, in play order (`rewards.json`)."""
-    games = json.loads((eval_dir / "rewards.json").read_text()).get("selfplay", [])
-    return [sum(g["rewards"]) / len(g["rewards"]) for g in games]
+    no_version = tasks.Registered("", "", "")
+    return Iteration(iteration, model, metrics, no_version, tasks.load_scores(out))

@@ -10,8 +10,11 @@ outputs; tests call them directly, without KFP. The spine, per iteration i:
     rollout        self-play games + samples                -> <root>/<run>/<i>/rollout
     train          GRPO on the samples                      -> a HF checkpoint
     evaluate       val games: selfplay / vs previous / vs scripted -> <root>/<run>/<i>/eval
+                   (the start's, before any update, is recorded here: no register follows it)
     register       upload + verify the checkpoint           -> <root>/<run>/<i>/checkpoint,
                    log the iteration to MLflow, register a model version (`champion` if better)
+    evaluate_test  once, after the last iteration: the start and the final model on the
+                   test states, their paired gain   -> <root>/<run>/test
     finish         exit handler: end the parent run (FAILED if a task failed); summary
 
 With `train_backend: verl`, rollout + train are one task, `sparring.loop.verl_task`.
@@ -26,18 +29,21 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+import numpy as np
 import yaml
 
 from sparring.loop import league, reports, steps
 from sparring.loop.config import PipelineConfig
 from sparring.loop.io import log, run_uri, upload
-from sparring.metrics import PERF, metric_name, split_eval
-from sparring.rollout import RolloutConfig, build_policies, load_inits
+from sparring.metrics import ALL_ROLES, PERF, TEST, metric_name, split_eval
+from sparring.rollout import RolloutConfig, build_policies, learner_plays, load_inits
+from sparring.stats import paired_gain
 
 # Compute-time metrics the tasks report; the rest of the wall time is pipeline overhead.
 COMPUTE_METRICS = ("perf/rollout_seconds", "perf/train_seconds", "perf/eval_seconds")
+SCORES_FILE = "scores.json"  # an evaluation's champion metric per game (`game_scores`)
 # Final states of a successful pipeline: the KFP backend says COMPLETE (or CACHED); kfp.local
 # and Vertex say SUCCEEDED.
 SUCCESS_STATES = ("COMPLETE", "CACHED", "SUCCEEDED")
@@ -64,7 +70,7 @@ def start(cfg: PipelineConfig, job_id: str, job_name: str = "") -> tuple[str, st
 
 
 def game_init(cfg: PipelineConfig, out_dir: str | Path, run_name: str) -> dict[str, Path]:
-    """Write train.parquet and val.parquet into `out_dir` and upload them."""
+    """Write train.parquet, val.parquet and test.parquet into `out_dir` and upload them."""
     from sparring.game_init import write_inits
 
     paths = write_inits(cfg.game_init, out_dir, progress=False)
@@ -202,35 +208,112 @@ def evaluate(
     run_name: str,
     iteration: int,
 ) -> tuple[dict[str, float], str]:
-    """Evaluate on val states; write metrics.json, rewards.png, transcripts.json and the game's
-    report files, upload them. Returns (metrics, an HTML report for the KFP UI)."""
-    from sparring.evaluate import evaluate as run_eval
+    """Evaluate on val states; write metrics.json, rewards.png, transcripts.json, the game's
+    report files and scores.json (the champion metric per game), upload them. With
+    `parent_run_id` (the start's evaluation, which no register step records) the metrics go
+    to the iteration's MLflow child run and the parent's curve. Returns (metrics, an HTML
+    report for the KFP UI)."""
     from sparring.evaluate import write_eval
     from sparring.generation.hf import HFBackend
 
-    batch = cfg.eval.rollout.max_batch_size
+    batch = ecfg.rollout.max_batch_size
     policy = HFBackend(model_dir, device=cfg.device, max_batch_size=batch)
     previous = (
         HFBackend(previous_dir, device=cfg.device, max_batch_size=batch) if previous_dir else None
     )
     t0 = time.perf_counter()
-    metrics, episodes = run_eval(policy, val_inits, cfg.eval, previous, progress=False)
+    metrics, episodes = run_eval(policy, inits, ecfg, previous, progress=False)
     metrics[metric_name(PERF, "eval_seconds")] = time.perf_counter() - t0
-    paths = write_eval(metrics, episodes, out_dir, cfg.game)
-    upload(cfg, out_dir, run_uri(cfg, run_name, iteration, "eval"))
-    log(f"iteration {iteration}: {cfg.champion_metric} = {metrics.get(cfg.champion_metric, 0):.3f}")
-    return metrics, reports.eval_report(metrics, paths["plot"], paths["transcripts"], iteration)
+    return metrics, episodes
+
+
+def game_scores(episodes: dict[str, list], metric: str) -> dict[str, float]:
+    """`metric` (an eval/<mode>/<role>/normalized_reward) per game of its mode: the learner's
+    mean reward over its seats of that role (every seat for `all`); their mean is `metric`
+    when every game seats the learner alike. {} for other metrics (no per-game value)."""
+    mode, role, name = split_eval(metric) or ("", "", "")
+    per_game: dict[str, list[float]] = {}
+    for e, seat in learner_plays(episodes.get(mode, [])) if name == "normalized_reward" else []:
+        if role in (ALL_ROLES, e.roles[seat]):
+            per_game.setdefault(e.game_id, []).append(e.rewards[seat])
+    return {game: float(np.mean(rewards)) for game, rewards in per_game.items()}
+
+
+def load_scores(eval_dir: str | Path) -> dict[str, float]:
+    """The per-game champion metric an evaluation wrote (`game_scores`), in play order."""
+    return json.loads((Path(eval_dir) / SCORES_FILE).read_text())
+
+
+def evaluate_test(
+    cfg: PipelineConfig,
+    start_dir: str,
+    final_dir: str,
+    test_inits: str,
+    out_dir: str | Path,
+    run_name: str,
+    parent_run_id: str | None = None,
+    iteration: int = 0,
+) -> dict[str, float]:
+    """Score the start and the final model once on every test state, in the champion metric's
+    mode (`vs_previous` plays the start): `test/start`, `test/final`, and the paired
+    `test/gain` with its standard error `test/gain_se`. Written to test.json beside both
+    models' scores, uploaded, and logged to the parent run at step `iteration` (the last)."""
+    mode = (split_eval(cfg.champion_metric) or ("",))[0]
+    ecfg = cfg.eval.model_copy(update={"modes": [mode], "num_games": None})
+    out, figures, scores = Path(out_dir), {}, {}
+    for name, model in (("start", start_dir), ("final", final_dir)):
+        metrics, episodes = _play_eval(cfg, ecfg, model, start_dir, test_inits)
+        figures[metric_name(TEST, name)] = metrics[cfg.champion_metric]
+        scores[name] = game_scores(episodes, cfg.champion_metric)
+    gain, se = paired_gain(scores["start"], scores["final"])
+    figures |= {metric_name(TEST, "gain"): gain, metric_name(TEST, "gain_se"): se}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "test.json").write_text(json.dumps({"figures": figures, "scores": scores}, indent=1))
+    upload(cfg, out, run_uri(cfg, run_name, "test"))
+    log(f"test: {cfg.champion_metric} {figures['test/start']:.3f} at the start, "
+        f"{figures['test/final']:.3f} at the end: gain {gain:+.3f} ± {se:.3f} (paired s.e.)")  # fmt: skip
+    if parent_run_id:
+        from mlflow.entities import Metric
+
+        from sparring.tracking import connect
+
+        now = int(time.time() * 1000)
+        batch = [Metric(k, v, now, iteration) for k, v in figures.items()]
+        connect(cfg.tracking).log_batch(parent_run_id, metrics=batch)
+    return figures
 
 
 class Registered(NamedTuple):
     """What `register` did."""
 
     checkpoint_uri: str  # the verified checkpoint
+    parent_run_id: str | None = None,
     version: str  # its model version
     champion_version: str  # where `champion` points afterwards
 
 
 def register(
+
+    metrics, episodes = _play_eval(cfg, cfg.eval, model_dir, previous_dir, val_inits)
+    paths = write_eval(metrics, episodes, out_dir, cfg.game)
+    scores = game_scores(episodes, cfg.champion_metric)
+    (Path(out_dir) / SCORES_FILE).write_text(json.dumps(scores))
+    upload(cfg, out_dir, run_uri(cfg, run_name, iteration, "eval"))
+    log(f"iteration {iteration}: {cfg.champion_metric} = {metrics.get(cfg.champion_metric, 0):.3f}")
+    if parent_run_id:
+        from sparring.tracking import PipelineRun
+
+        run = PipelineRun.attach(parent_run_id, cfg.tracking)
+        run.log_metrics(iteration, metrics)
+        run.finish()
+    return metrics, reports.eval_report(metrics, paths["plot"], paths["transcripts"], iteration)
+
+
+def _play_eval(
+    cfg: PipelineConfig, ecfg: Any, model_dir: str, previous_dir: str | None, inits: str
+) -> tuple[dict[str, float], dict[str, list]]:
+    """`sparring.evaluate.evaluate` of `model_dir` with `ecfg` (an EvalConfig) on `inits`."""
+    from sparring.evaluate import evaluate as run_eval
     cfg: PipelineConfig,
     parent_run_id: str,
     run_name: str,
@@ -242,8 +325,9 @@ def register(
 ) -> Registered:
     """Log the iteration's metrics, artifacts and input datasets to its MLflow child run, then
     store the checkpoint once, as an MLflow model, and register it (`sparring.registry.publish`,
-    scored by `cfg.champion_metric`). Safe to retry: a rerun finds the version it registered.
-    If storage fails, nothing is registered.
+    scored by `cfg.champion_metric`, per val game `scores`, `load_scores` of its evaluation).
+    Safe to retry: a rerun finds the version it registered. If storage fails, nothing is
+    registered.
     """
     from sparring import registry, storage
     from sparring.tracking import RUN_TAG, PipelineRun
@@ -264,6 +348,7 @@ def register(
         tags["kfp_run_id"] = kfp_run_id
     reg = registry.publish(
         run.client,
+    scores: dict[str, float] | None = None,
         cfg.registered_model,
         model_dir,
         run_id=run.iteration_run(iteration),
@@ -296,6 +381,8 @@ def register(
         f"iteration {iteration}: stored {reg.checkpoint_uri}, registered {cfg.registered_model} "
         f"v{reg.version} (champion: v{reg.champion_version})"
     )
+        scores=scores,
+        eval_key=cfg.eval_key,
     return Registered(reg.checkpoint_uri, reg.version, reg.champion_version)
 
 
@@ -317,7 +404,11 @@ def finish(cfg: PipelineConfig, job_id: str, job_name: str = "", failed: bool = 
     status = "FAILED" if failed else "FINISHED"
     runs.end(client, parent, status)
     rows = reports.summary_rows(cfg, parent.info.run_id, client)
-    text = reports.run_summary(cfg, title, status, rows, champion(cfg.registered_model, client))
+    best, test = (
+        champion(cfg.registered_model, client),
+        reports.test_figures(parent.info.run_id, client),
+    )
+    text = reports.run_summary(cfg, title, status, rows, best, test)
     return text + f"\nMLflow parent run: {runs.link(cfg, parent)}\n"
 
 

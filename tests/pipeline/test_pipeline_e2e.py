@@ -32,15 +32,15 @@ def test_two_iterations_end_to_end(s3_env, tiny_run):
         storage.verify(uri.replace("checkpoint", "rollout"))
         storage.verify(uri.replace("checkpoint", "eval"))
 
-    # two versions whose sources are those URIs; champion = the best (ties keep the first)
+    # two versions whose sources are those URIs; champion = the first: with one val game a
+    # paired gain has no standard error, so no later version can show it beats the champion
     versions = sorted(
         client.search_model_versions(f"name = '{cfg.registered_model}'"),
         key=lambda v: int(v.version),
     )
     assert [v.source for v in versions] == uris
     assert [v.tags["iteration"] for v in versions] == ["0", "1"]
-    scores = [float(v.tags["score"]) for v in versions]
-    best = versions[scores.index(max(scores))]
+    best = versions[0]
     assert (
         client.get_model_version_by_alias(cfg.registered_model, "champion").version == best.version
     )
@@ -58,7 +58,7 @@ def test_two_iterations_end_to_end(s3_env, tiny_run):
     # the compute the steps report (what bench/pipeline.py divides by the wall time)
     assert result.compute["perf/rollout_seconds"] > 0 and result.compute["perf/eval_seconds"] > 0
     assert 0 < result.overhead < 1
-    summary = format_summary(result, cfg.champion_metric)
+    summary = format_summary(result, cfg)
     assert f"champion: v{best.version} ({best.source})" in summary and uris[1] in summary
 
 
@@ -87,7 +87,8 @@ def test_in_process_loop_plays_the_same_games_as_the_kfp_pipeline(s3_env, tiny_r
     """`sparring run` (in-process) and `sparring run --kfp` (the compiled pipeline under
     kfp.local) are one loop: for the same config, iteration 0 plays the same games, and the
     trained model reaches the same evaluation, seed for seed. The in-process run keeps its
-    files in a local folder and tracks nothing (a bench's settings)."""
+    files in a local folder and tracks nothing (a bench's settings); it also evaluates the
+    start before any update, and scores the start and the final model on test states."""
     import json
 
     from sparring.loop.runner import run_loop
@@ -96,6 +97,8 @@ def test_in_process_loop_plays_the_same_games_as_the_kfp_pipeline(s3_env, tiny_r
     cfg = kfp_cfg.model_copy(
         update={
             "iterations": 1,
+            "evaluate_start": True,
+            "game_init": kfp_cfg.game_init.model_copy(update={"num_test": 3}),
             "run_name": "in-process",
             "storage": kfp_cfg.storage.model_copy(update={"root": str(tmp_path / "store")}),
             "tracking": kfp_cfg.tracking.model_copy(update={"enabled": False}),
@@ -116,6 +119,20 @@ def test_in_process_loop_plays_the_same_games_as_the_kfp_pipeline(s3_env, tiny_r
     kfp_eval = json.loads(storage.read_text(f"{kfp_root}/eval", "metrics.json"))
     evals = {k: v for k, v in it.metrics.items() if k.startswith("eval/")}
     assert evals == pytest.approx({k: v for k, v in kfp_eval.items() if k.startswith("eval/")})
-    assert len(it.val_rewards) == kfp_cfg.game_init.num_val
+    assert len(it.val_scores) == kfp_cfg.game_init.num_val  # one self-play game per val state
+    # the start: the initial model on the same val games, before any update
+    assert result.start.iteration == -1 and result.start.model_dir == tmp_path / "work" / "initial"
+    assert result.start.val_scores.keys() == it.val_scores.keys()
+    # the claim: both models once on the 3 test states, the gain paired game by game
+    test = json.loads((tmp_path / "work" / "test" / "test.json").read_text())
+    start, final = test["scores"]["start"], test["scores"]["final"]
+    assert start.keys() == final.keys() and len(start) == 3
+    assert all(game.startswith("test-") for game in start)
+    diffs = [final[g] - start[g] for g in start]
+    assert result.test["test/gain"] == pytest.approx(sum(diffs) / 3)
+    mean = sum(diffs) / 3
+    se = (sum((d - mean) ** 2 for d in diffs) / 2) ** 0.5 / 3**0.5
+    assert result.test["test/gain_se"] == pytest.approx(se)
+    assert result.test["test/start"] == pytest.approx(sum(start.values()) / 3)
     # the checkpoint is stored where past-<k> opponents look for it with tracking off
     assert it.registered.checkpoint_uri == f"{tmp_path / 'store'}/in-process/0/checkpoint"

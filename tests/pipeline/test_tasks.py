@@ -350,3 +350,33 @@ def test_an_s3_model_loads_from_the_configured_endpoint_alone(
     )
     tasks.initial_model(first, tmp_path / "m0")
     assert (tmp_path / "m0" / "model.safetensors").exists()
+
+
+def test_the_start_evaluation_opens_the_run_summary(cfg, tiny_model_dir, tmp_path):
+    """The start's evaluation (before any update; no register step follows it) is recorded
+    as iteration -1, so the summary table starts there; its per-game scores are written."""
+    data = {k: cfg.model_dump(mode="json")[k] for k in ("storage", "tracking", "registered_model")}
+    start = PipelineConfig.model_validate(
+        data
+        | {
+            "game": {"params": {"k": 3, "max_turns": 2}},
+            "device": "cpu",
+            "game_init": {"num_train": 1, "num_val": 2},
+            "eval": {"modes": ["selfplay"], "rollout": {"sampling": {"max_new_tokens": 8}}},
+        }
+    )
+    inits = tasks.game_init(start, tmp_path / "inits", "r")
+    parent = PipelineRun.start(start.tracking, "r").run_id
+    ev, _ = tasks.evaluate(
+        start, str(tiny_model_dir), None, str(inits["val"]), tmp_path / "ev", "r", -1, parent
+    )
+    scores = tasks.load_scores(tmp_path / "ev")
+    assert sorted(scores) == [
+        "val-000000/selfplay/policy/all#0",
+        "val-000001/selfplay/policy/all#0",
+    ]
+    assert sum(scores.values()) / 2 == pytest.approx(ev[start.champion_metric])
+    (row,) = reports.summary_rows(start, parent, connect(start.tracking))
+    assert (row["iteration"], row["score"], row["version"]) == (-1, ev[start.champion_metric], "-")
+    summary = reports.run_summary(start, "r", "FINISHED", [row], None, {})
+    assert f"| start | nan | {ev[start.champion_metric]:.3f} | - |" in summary
