@@ -251,6 +251,18 @@ class Recipe(_Strict):
         return self.verl_states_per_iteration * self.num_seats
 
     @property
+    def eval_key(self) -> str:
+        """What makes two champion scores comparable, hashed (8 hex digits): the game, the val
+        states (seed and count), the evaluation's settings and the champion metric."""
+        what = {
+            "game": self.game.model_dump(mode="json"),
+            "val": [self.game_init.seed, self.game_init.num_val],
+            "eval": self.eval.model_dump(mode="json"),
+            "metric": self.champion_metric,
+        }
+        return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:8]
+
+    @property
     def num_seats(self) -> int:
         """Seats of the game."""
         return len(self.game.cls.roles)
@@ -269,18 +281,6 @@ def _as_dict(section: Any) -> dict[str, Any]:
     """A section as given: a mapping, or a model (its explicitly set fields)."""
     if isinstance(section, BaseModel):
         return section.model_dump(exclude_unset=True)
-    @property
-    def eval_key(self) -> str:
-        """What makes two champion scores comparable, hashed (8 hex digits): the game, the val
-        states (seed and count), the evaluation's settings and the champion metric."""
-        what = {
-            "game": self.game.model_dump(mode="json"),
-            "val": [self.game_init.seed, self.game_init.num_val],
-            "eval": self.eval.model_dump(mode="json"),
-            "metric": self.champion_metric,
-        }
-        return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:8]
-
     return dict(section or {})
 
 

@@ -207,6 +207,7 @@ def evaluate(
     out_dir: str | Path,
     run_name: str,
     iteration: int,
+    parent_run_id: str | None = None,
 ) -> tuple[dict[str, float], str]:
     """Evaluate on val states; write metrics.json, rewards.png, transcripts.json, the game's
     report files and scores.json (the champion metric per game), upload them. With
@@ -214,6 +215,27 @@ def evaluate(
     to the iteration's MLflow child run and the parent's curve. Returns (metrics, an HTML
     report for the KFP UI)."""
     from sparring.evaluate import write_eval
+
+    metrics, episodes = _play_eval(cfg, cfg.eval, model_dir, previous_dir, val_inits)
+    paths = write_eval(metrics, episodes, out_dir, cfg.game)
+    scores = game_scores(episodes, cfg.champion_metric)
+    (Path(out_dir) / SCORES_FILE).write_text(json.dumps(scores))
+    upload(cfg, out_dir, run_uri(cfg, run_name, iteration, "eval"))
+    log(f"iteration {iteration}: {cfg.champion_metric} = {metrics.get(cfg.champion_metric, 0):.3f}")
+    if parent_run_id:
+        from sparring.tracking import PipelineRun
+
+        run = PipelineRun.attach(parent_run_id, cfg.tracking)
+        run.log_metrics(iteration, metrics)
+        run.finish()
+    return metrics, reports.eval_report(metrics, paths["plot"], paths["transcripts"], iteration)
+
+
+def _play_eval(
+    cfg: PipelineConfig, ecfg: Any, model_dir: str, previous_dir: str | None, inits: str
+) -> tuple[dict[str, float], dict[str, list]]:
+    """`sparring.evaluate.evaluate` of `model_dir` with `ecfg` (an EvalConfig) on `inits`."""
+    from sparring.evaluate import evaluate as run_eval
     from sparring.generation.hf import HFBackend
 
     batch = ecfg.rollout.max_batch_size
@@ -287,33 +309,11 @@ class Registered(NamedTuple):
     """What `register` did."""
 
     checkpoint_uri: str  # the verified checkpoint
-    parent_run_id: str | None = None,
     version: str  # its model version
     champion_version: str  # where `champion` points afterwards
 
 
 def register(
-
-    metrics, episodes = _play_eval(cfg, cfg.eval, model_dir, previous_dir, val_inits)
-    paths = write_eval(metrics, episodes, out_dir, cfg.game)
-    scores = game_scores(episodes, cfg.champion_metric)
-    (Path(out_dir) / SCORES_FILE).write_text(json.dumps(scores))
-    upload(cfg, out_dir, run_uri(cfg, run_name, iteration, "eval"))
-    log(f"iteration {iteration}: {cfg.champion_metric} = {metrics.get(cfg.champion_metric, 0):.3f}")
-    if parent_run_id:
-        from sparring.tracking import PipelineRun
-
-        run = PipelineRun.attach(parent_run_id, cfg.tracking)
-        run.log_metrics(iteration, metrics)
-        run.finish()
-    return metrics, reports.eval_report(metrics, paths["plot"], paths["transcripts"], iteration)
-
-
-def _play_eval(
-    cfg: PipelineConfig, ecfg: Any, model_dir: str, previous_dir: str | None, inits: str
-) -> tuple[dict[str, float], dict[str, list]]:
-    """`sparring.evaluate.evaluate` of `model_dir` with `ecfg` (an EvalConfig) on `inits`."""
-    from sparring.evaluate import evaluate as run_eval
     cfg: PipelineConfig,
     parent_run_id: str,
     run_name: str,
@@ -322,6 +322,7 @@ def _play_eval(
     metrics: dict[str, float],
     artifacts: list[str | Path] = (),  # type: ignore[assignment]
     kfp_run_id: str | None = None,
+    scores: dict[str, float] | None = None,
 ) -> Registered:
     """Log the iteration's metrics, artifacts and input datasets to its MLflow child run, then
     store the checkpoint once, as an MLflow model, and register it (`sparring.registry.publish`,
@@ -348,7 +349,6 @@ def _play_eval(
         tags["kfp_run_id"] = kfp_run_id
     reg = registry.publish(
         run.client,
-    scores: dict[str, float] | None = None,
         cfg.registered_model,
         model_dir,
         run_id=run.iteration_run(iteration),
@@ -356,6 +356,8 @@ def _play_eval(
         metrics=evals,
         score=evals[cfg.champion_metric],
         fallback_uri=run_uri(cfg, run_name, iteration, "checkpoint"),
+        scores=scores,
+        eval_key=cfg.eval_key,
         artifacts_destination=cfg.tracking.artifacts_destination,
         tags=tags,
         facts={"base model": cfg.model, "game": game, "group key": group_key, "run": run_name},
@@ -381,8 +383,6 @@ def _play_eval(
         f"iteration {iteration}: stored {reg.checkpoint_uri}, registered {cfg.registered_model} "
         f"v{reg.version} (champion: v{reg.champion_version})"
     )
-        scores=scores,
-        eval_key=cfg.eval_key,
     return Registered(reg.checkpoint_uri, reg.version, reg.champion_version)
 
 
