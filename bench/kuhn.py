@@ -6,7 +6,7 @@ configs/kuhn.yaml, per training seed, scored by exact exploitability (open_spiel
     .venv/bin/python bench/kuhn.py --set iterations=1 --set games_per_iteration=16 \\
         --set game_init.num_val=4 --set warm_start.num_states=8   # smoke size
 
-1. each training seed runs `sparring.loop.runner.run_loop` as bench/learning.py does (`seeded`:
+1. each training seed runs `sparring.loop.runner.run_loop` as bench/learning.py does (`measured`:
    the start evaluated before any update, local files, no tracking, the seed moving the
    rollout's sampling and the GRPO and SFT seeds)
 2. every evaluation logs `eval/exploitability`: the policy read out of the model at the 12
@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from learning import seeded  # bench/learning.py, next to this file
+from learning import measured  # bench/learning.py, next to this file
 
 from sparring.cli.options import load_config, parse_params
 from sparring.games.textarena.exploitability import read_policy
@@ -98,12 +98,12 @@ def main() -> None:
             print(json.dumps(curve[-1]), flush=True)
             (out / "kuhn.json").write_text(json.dumps({"config": args.config, "curves": curves}))
 
-        cfg = seeded(base, seed, out)
+        cfg = measured(base, seed, out)
         result = run_loop(cfg, out / f"seed-{seed}", on_iteration=report)
         if seed == args.seeds[0]:  # 3. the first seed's tables
             for name, it in (("start", result.start), ("final", result.iterations[-1])):
                 (out / f"policy_{name}.json").write_text(
-                    json.dumps(policy(cfg, it.model), indent=1, sort_keys=True)
+                    json.dumps(policy(cfg, it.model_dir), indent=1, sort_keys=True)
                 )
     # 3. the report
     start = [c[0][METRIC] for c in curves.values()]
