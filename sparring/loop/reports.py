@@ -11,20 +11,27 @@ from pathlib import Path
 from typing import Any
 
 from sparring.loop.config import PipelineConfig
-from sparring.metrics import ROLLOUT, TEST, metric_name, split_eval
+from sparring.metrics import (
+    EVAL,
+    GAIN_OVER_BEST_TRIVIAL,
+    ROLLOUT,
+    TEST,
+    metric_name,
+    split_baseline,
+    split_eval,
+)
+
+REWARD = "normalized_reward"
 
 
 def eval_report(
     metrics: dict[str, float], plot: Path, transcripts: Path, iteration: int, turns: int = 8
 ) -> str:
-    """A self-contained HTML page: the reward plot (inline PNG), the reward table and the
-    first turns of one sample game per mode."""
+    """A self-contained HTML page: the reward plot (inline PNG), the metrics per mode and role
+    (the game's own among them, e.g. a deal game's agreement rate and reward given agreement),
+    the baselines with the gain over the best trivial one, and the first turns of one sample
+    game per mode."""
     png = base64.b64encode(plot.read_bytes()).decode()
-    rows = "".join(
-        f"<tr><td>{html.escape(k)}</td><td>{v:.3f}</td></tr>"
-        for k, v in sorted(metrics.items())
-        if (parts := split_eval(k)) and parts[2] == "normalized_reward"
-    )
     games = []
     for mode, eps in json.loads(transcripts.read_text()).items():
         for ep in eps[:1]:
@@ -38,8 +45,51 @@ def eval_report(
     return (
         f"<html><body><h2>Iteration {iteration}: evaluation</h2>"
         f'<img src="data:image/png;base64,{png}"/>'
-        f"<table border=1><tr><th>metric</th><th>value</th></tr>{rows}</table>"
-        f"{''.join(games)}</body></html>"
+        f"{eval_table(metrics)}{baseline_table(metrics)}{''.join(games)}</body></html>"
+    )
+
+
+def eval_table(metrics: dict[str, float]) -> str:
+    """HTML: a row per mode and role, a column per metric (the reward first), `± s.e.` where
+    logged."""
+    rows: dict[tuple[str, str], dict[str, str]] = {}
+    for k, v in metrics.items():
+        if (parts := split_eval(k)) and not k.endswith("_se"):
+            se = metrics.get(k + "_se")
+            rows.setdefault(parts[:2], {})[parts[2]] = f"{v:.3g}" + (
+                f" ± {se:.2g}" if se is not None else ""
+            )
+    names = sorted({n for row in rows.values() for n in row}, key=lambda n: (n != REWARD, n))
+    head = "".join(f"<th>{html.escape(n)}</th>" for n in ["mode", "role", *names])
+    body = "".join(
+        "<tr>"
+        + "".join(f"<td>{html.escape(c)}</td>" for c in [*key, *(row.get(n, "") for n in names)])
+        + "</tr>"
+        for key, row in sorted(rows.items())
+    )
+    return f"<table border=1><tr>{head}</tr>{body}</table>"
+
+
+def baseline_table(metrics: dict[str, float]) -> str:
+    """HTML: each baseline's reward on the same states, and the model's gain over the best
+    trivial one ('' for a game without baselines)."""
+    rows = "".join(
+        f"<tr><td>{html.escape(name)}</td><td>{v:.3f} ± {metrics.get(k + '_se', 0):.3f}</td></tr>"
+        for k, v in sorted(metrics.items())
+        if (name := split_baseline(k))
+    )
+    gain = metric_name(EVAL, GAIN_OVER_BEST_TRIVIAL)
+    line = (
+        f"<p>gain over the best trivial baseline: {metrics[gain]:+.3f} ± "
+        f"{metrics.get(gain + '_se', 0):.3f} (paired s.e.)</p>"
+        if gain in metrics
+        else ""
+    )
+    return (
+        f"<h3>baselines</h3><table border=1><tr><th>baseline</th><th>{REWARD}</th></tr>"
+        f"{rows}</table>{line}"
+        if rows
+        else ""
     )
 
 

@@ -122,6 +122,31 @@ def test_eval_report_inlines_the_plot(tmp_path):
     assert "Iteration 3" in page and "&lt;b&gt;" in page and "<b>" not in page
 
 
+def test_eval_report_shows_agreement_and_quality_apart_and_the_baselines(tmp_path):
+    from sparring.evaluate import plot_rewards
+
+    metrics = {
+        "eval/selfplay/player_a/normalized_reward": 0.5,
+        "eval/selfplay/player_a/normalized_reward_se": 0.25,
+        "eval/selfplay/player_a/agreement_rate": 0.625,
+        "eval/selfplay/player_a/reward_given_agreement": 0.8,
+        "eval/baseline/random-deal": 0.7,
+        "eval/baseline/random-deal_se": 0.01,
+        "eval/gain_over_best_trivial": -0.2,
+        "eval/gain_over_best_trivial_se": 0.05,
+    }
+    transcripts = tmp_path / "t.json"
+    transcripts.write_text('{"selfplay": []}')
+    page = reports.eval_report(metrics, plot_rewards(metrics, tmp_path / "r.png"), transcripts, 1)
+    row = "<td>selfplay</td><td>player_a</td><td>0.5 ± 0.25</td><td>0.625</td><td>0.8</td>"
+    assert "<th>normalized_reward</th><th>agreement_rate</th>" in page and row in page
+    assert "<td>random-deal</td><td>0.700 ± 0.010</td>" in page
+    assert "gain over the best trivial baseline: -0.200 ± 0.050" in page
+    assert "baseline" not in reports.eval_report(  # a game without baselines: no table
+        {"eval/selfplay/all/normalized_reward": 0.5}, tmp_path / "r.png", transcripts, 1
+    )
+
+
 def test_diplomacy_runs_through_every_pipeline_step(tiny_model_dir, tmp_path):
     """`game: diplomacy` with country grouping: game-init, rollout (per-country metrics),
     GRPO on the `country` key, evaluation against the bots, registration."""
