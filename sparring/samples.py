@@ -2,8 +2,11 @@
 
 `TokenTrace` keeps one seat's conversation as token ids while the game runs. Each turn it
 appends only the new chat-template text (the scaffolding and the other side's messages, mask
-0) and then the seat's reply: the ids the model actually generated (mask 1), or, for a scripted
-seat, the tokenized text plus the EOS token. Re-tokenizing a finished conversation can drift
+0) and then the seat's reply: the ids the model actually generated (mask 1), its stop token
+included, or, for a scripted seat, the tokenized text plus the EOS token. A reply that stopped at
+another special token than EOS (SmolLM2's <|im_start|> or <|endoftext|>) keeps that token, and the
+template's own end of turn (its EOS text) follows it with mask 0: the stop is trained, and later
+prompts hold exactly the ids the model saw. Re-tokenizing a finished conversation can drift
 from what was generated (a verl pitfall); this never does. For canonical tokenizations the ids
 equal `apply_chat_template(whole conversation)` exactly (tested with SmolLM2's template and
 templates reproducing Qwen2.5 and Llama 3 in tests/templates/). A template that trims replies
@@ -57,7 +60,7 @@ class TokenTrace:
     """Every reply so far came with its log-probs (else `rollout_log_probs` is meaningless)."""
     replies: list[tuple[int, int]] = field(default_factory=list)
     """[start, end) of each reply's tokens in `input_ids`, in order (empty for a reply that
-    generated no token, e.g. a special token trimmed as a stop)."""
+    generated no token)."""
     _rendered: str = ""  # template text that `input_ids` already covers
 
     def _render(self, messages: list[dict[str, str]], generation_prompt: bool) -> str:
@@ -93,9 +96,10 @@ class TokenTrace:
     ) -> None:
         """Add the seat's reply, which is `messages[-1]` (an assistant message).
 
-        `generated_ids` are the model's ids (ending with EOS unless cut by length); None means
-        a scripted reply, tokenized here and closed with EOS, all with mask 1. `log_probs` are
-        the engine's, one per generated id (None: the trace is no longer `scored`).
+        `generated_ids` are the model's ids (ending with the stop token it generated, EOS or
+        another special token, unless cut by length); None means a scripted reply, tokenized
+        here and closed with EOS, all with mask 1. `log_probs` are the engine's, one per
+        generated id (None: the trace is no longer `scored`).
         """
         content = messages[-1]["content"]
         eos_id, eos_text = self.tokenizer.eos_token_id, self.tokenizer.eos_token
@@ -126,6 +130,7 @@ class TokenTrace:
         if ids and ids[-1] == eos_id and tail.startswith(eos_text):
             self._rendered += eos_text  # the EOS is already in the ids, trained on
             tail = tail[len(eos_text) :]
+        # else (another stop token, or a reply cut by length) the template's EOS is context
         self._append_text(tail, 0)
 
 

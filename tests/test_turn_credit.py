@@ -83,7 +83,7 @@ def test_a_penalty_teaches_the_protocol_when_every_reward_ties(tokenizer):
 
 
 def test_a_reply_that_generated_no_token_keeps_the_masks_aligned(tokenizer):
-    """A reply whose only token was a trimmed special token leaves no span in the assistant
+    """A reply that generated no token (a server's empty reply) leaves no span in the assistant
     mask but has its transcript entry: the trace's reply spans keep the two aligned."""
     trace = TokenTrace(tokenizer)
     messages = [{"role": "system", "content": "seat 0"}, {"role": "user", "content": "go"}]

@@ -88,8 +88,8 @@ class HFBackend(GenerationBackend):
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
             self.pad_id = self.tokenizer.eos_token_id
-        # Any special token ends a turn; only EOS is kept in the reply (sparring.generation.stops).
-        self.eos_ids, self.stop_ids = turn_stop_ids(
+        # Any special token ends a turn and stays in the reply (sparring.generation.stops).
+        _, self.stop_ids = turn_stop_ids(
             self.tokenizer, _as_list(self.model.generation_config.eos_token_id)
         )
         self._sessions: dict[str, tuple[list[int], KV]] = {}
@@ -349,9 +349,8 @@ class HFBackend(GenerationBackend):
             held += len(fed) - old
 
     def _completion(self, row: list[int], log_probs: list[float]) -> Completion:
-        """Cut a generated row and its log-probs at its first stop token (keeping it only if
-        it is EOS)."""
-        out = trim_reply(row, self.tokenizer, self.eos_ids, self.stop_ids, log_probs)
+        """Cut a generated row and its log-probs after its first stop token."""
+        out = trim_reply(row, self.tokenizer, self.stop_ids, log_probs)
         self.generated_tokens += len(out.token_ids)
         return out
 

@@ -161,7 +161,7 @@ class OpenAIBackend(GenerationBackend):
             log_probs = None  # they belong to the sampled ids, not to these
         if log_probs is not None and None in log_probs[: len(ids)]:
             log_probs = None
-        return trim_reply(ids, self.tokenizer, self.eos_ids, self.stop_ids, log_probs)
+        return trim_reply(ids, self.tokenizer, self.stop_ids, log_probs)
 
 
 def _api_key(env_name: str | None) -> str | None:

@@ -56,14 +56,15 @@ def sampling_request(
 
 
 def to_completions(
-    outputs: list[dict[str, Any]], tokenizer: Any, eos_ids: list[int], stop_ids: list[int]
+    outputs: list[dict[str, Any]], tokenizer: Any, stop_ids: list[int]
 ) -> list[Completion]:
     """Map SGLang output dicts (`output_ids`, `text`, `meta_info.finish_reason`,
     `meta_info.output_token_logprobs`) to Completions.
 
     The ids are authoritative: the text is re-decoded from them (so text == decode(ids), as in
     every backend). If SGLang reports a token-id stop (`{"type": "stop", "matched": id}`) whose
-    id was trimmed from `output_ids`, it is put back so the reply ends with EOS like HF's.
+    id was trimmed from `output_ids`, it is put back so the reply ends with its stop token like
+    HF's.
     """
     completions = []
     for out in outputs:
@@ -79,7 +80,7 @@ def to_completions(
         if isinstance(matched, int) and matched in stop_ids and (not ids or ids[-1] != matched):
             ids.append(matched)
         log_probs = output_log_probs(ids, (out.get("meta_info") or {}).get("output_token_logprobs"))
-        completions.append(trim_reply(ids, tokenizer, eos_ids, stop_ids, log_probs))
+        completions.append(trim_reply(ids, tokenizer, stop_ids, log_probs))
     return completions
 
 
@@ -122,7 +123,7 @@ class SGLangBackend(GenerationBackend):
     ) -> None:
         sglang = _import_sglang()
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        self.eos_ids, self.stop_ids = turn_stop_ids(self.tokenizer)
+        _, self.stop_ids = turn_stop_ids(self.tokenizer)
         self.engine = sglang.Engine(
             model_path=model_path,
             tp_size=tp_size,
@@ -146,7 +147,7 @@ class SGLangBackend(GenerationBackend):
             ),
             return_logprob=True,  # meta_info.output_token_logprobs: the rollout log-probs
         )
-        completions = to_completions(outputs, self.tokenizer, self.eos_ids, self.stop_ids)
+        completions = to_completions(outputs, self.tokenizer, self.stop_ids)
         self.generated_tokens += sum(len(c.token_ids) for c in completions)
         return completions
 

@@ -1,9 +1,14 @@
 """Turn-ending rules shared by every generation backend.
 
 A turn ends at EOS or at any other special token (a model opening a new chat turn mid-reply,
-say). Only EOS is kept in the reply, so a reply's text always equals the decode of its ids and
-the token trace sees exactly what the game sees. Backends apply `trim_reply` to whatever their
-engine returned, so HF, SGLang and a remote server all produce the same `Completion` shape.
+say). The stop token the model generated stays in the reply, whichever it is: it is the
+model's choice to end the turn, so it is trained like every other generated token (an
+immediately emitted stop can then be discouraged), and it keeps its log-prob. Its text is
+skipped when decoding (every stop id is EOS or a special token), so a reply's text still equals
+`decode(ids, skip_special_tokens=True)` and the game sees the same text as before. The token
+trace follows a non-EOS stop with the template's own end of turn (`sparring.samples`).
+Backends apply `trim_reply` to whatever their engine returned, so HF, SGLang and a remote
+server all produce the same `Completion` shape.
 """
 
 from __future__ import annotations
@@ -30,17 +35,14 @@ def until_stop(row: list[int], stop_ids: list[int]) -> list[int]:
 def trim_reply(
     row: list[int],
     tokenizer: Any,
-    eos_ids: list[int],
     stop_ids: list[int],
     log_probs: list[float] | None = None,
 ) -> Completion:
-    """Cut generated ids at the first stop token (keeping it only if it is EOS) and decode.
+    """Cut generated ids after the first stop token (kept, EOS or not) and decode.
     `log_probs` (one per id of `row`, or fewer, or None) are cut with them; log-probs that do
     not cover every kept id are dropped (None)."""
     ids = until_stop(list(row), stop_ids)
     stopped = bool(ids) and ids[-1] in stop_ids
-    if stopped and ids[-1] not in eos_ids:
-        ids = ids[:-1]
     text = tokenizer.decode(ids, skip_special_tokens=True)
     kept = None
     if log_probs is not None and len(log_probs) >= len(ids):

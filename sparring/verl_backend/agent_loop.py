@@ -70,7 +70,7 @@ async def play_game(
 
     Returns the per-seat traces and whether the game was cut at `max_tokens` of context.
     """
-    eos_ids, stop_ids = turn_stop_ids(tokenizer)
+    _, stop_ids = turn_stop_ids(tokenizer)
     params = {**sampling_params, "max_new_tokens": max_new_tokens, "stop_token_ids": stop_ids}
     seats = [SeatTrace(TokenTrace(tokenizer), []) for _ in range(game.num_seats)]
 
@@ -86,7 +86,7 @@ async def play_game(
         if any(r is None for r in results):
             return seats, True
         for seat, out in results:
-            reply = trim_reply(out.token_ids, tokenizer, eos_ids, stop_ids)
+            reply = trim_reply(out.token_ids, tokenizer, stop_ids)
             s = seats[seat]
             s.logprobs += [0.0] * (len(s.trace.input_ids) - len(s.logprobs))
             s.logprobs += list(out.log_probs or [0.0] * len(out.token_ids))[: len(reply.token_ids)]

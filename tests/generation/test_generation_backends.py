@@ -72,7 +72,7 @@ def test_sglang_sampling_request_maps_every_field():
 
 
 def test_sglang_outputs_map_to_completions(tokenizer):
-    eos_ids, stop_ids = turn_stop_ids(tokenizer)
+    _, stop_ids = turn_stop_ids(tokenizer)
     words = tokenizer.encode("[message] hello there", add_special_tokens=False)
     assert len(words) >= 4
     outputs = [  # as returned by sglang.Engine.generate(input_ids=..., skip_tokenizer_init=True)
@@ -95,7 +95,7 @@ def test_sglang_outputs_map_to_completions(tokenizer):
             "meta_info": {"id": "a3", "finish_reason": {"type": "stop", "matched": EOS}},
         },
         {
-            "output_ids": words[:2] + [ENDOFTEXT, 5],  # a non-EOS special token: cut, not kept
+            "output_ids": words[:2] + [ENDOFTEXT, 5],  # a non-EOS special token: kept, cut after
             "meta_info": {"id": "a4", "finish_reason": {"type": "stop", "matched": ENDOFTEXT}},
         },
         {
@@ -104,12 +104,12 @@ def test_sglang_outputs_map_to_completions(tokenizer):
             "meta_info": {"id": "a5", "finish_reason": {"type": "stop", "matched": "\n"}},
         },
     ]
-    got = to_completions(outputs, tokenizer, eos_ids, stop_ids)
+    got = to_completions(outputs, tokenizer, stop_ids)
     assert [c.token_ids for c in got] == [
         words + [EOS],
         words[:4],
         words[:3] + [EOS],
-        words[:2],
+        words[:2] + [ENDOFTEXT],
         words[:2],
     ]
     assert [c.finish_reason for c in got] == ["stop", "length", "stop", "stop", "length"]
@@ -120,7 +120,7 @@ def test_sglang_outputs_map_to_completions(tokenizer):
 def test_sglang_log_probs_follow_the_output_ids(tokenizer):
     """`meta_info.output_token_logprobs` ([logprob, token_id, text] per generated token, as
     SGLang returns with return_logprob) become each completion's log-probs, cut with the ids."""
-    eos_ids, stop_ids = turn_stop_ids(tokenizer)
+    _, stop_ids = turn_stop_ids(tokenizer)
     words = tokenizer.encode("[message] hello there", add_special_tokens=False)
 
     def output(ids, scored, reason):
@@ -136,7 +136,7 @@ def test_sglang_log_probs_follow_the_output_ids(tokenizer):
         [
             output(words + [EOS], words + [EOS], stop),  # the stop token is scored too
             output(
-                words[:2] + [ENDOFTEXT, 5],  # a non-EOS special token: cut with its log-prob
+                words[:2] + [ENDOFTEXT, 5],  # a non-EOS special token: kept with its log-prob
                 words[:2] + [ENDOFTEXT, 5],
                 {"type": "stop", "matched": ENDOFTEXT},
             ),
@@ -145,22 +145,21 @@ def test_sglang_log_probs_follow_the_output_ids(tokenizer):
             output(words[:4], None, {"type": "length", "length": 4}),  # not asked for
         ],
         tokenizer,
-        eos_ids,
         stop_ids,
     )
     n = len(words)
     assert got[0].log_probs == [-0.25 * (i + 1) for i in range(n + 1)]
-    assert got[1].log_probs == [-0.25, -0.5] and got[1].token_ids == words[:2]
+    assert got[1].log_probs == [-0.25, -0.5, -0.75] and got[1].token_ids == words[:2] + [ENDOFTEXT]
     assert got[2].log_probs == [-0.25, -0.5, -0.75, -1.0] and got[2].token_ids[-1] == EOS
     assert got[3].log_probs is None and got[4].log_probs is None
     with pytest.raises(ValueError, match="score other tokens than the sampled ones"):
-        to_completions([output(words, words[::-1], stop)], tokenizer, eos_ids, stop_ids)
+        to_completions([output(words, words[::-1], stop)], tokenizer, stop_ids)
 
 
 def test_sglang_backend_asks_the_engine_for_log_probs(tokenizer):
     """`SGLangBackend.generate` against an engine that answers as `sglang.Engine.generate`
     does (the real engine needs a GPU): it asks for return_logprob and keeps them."""
-    eos_ids, stop_ids = turn_stop_ids(tokenizer)
+    _, stop_ids = turn_stop_ids(tokenizer)
     calls = []
 
     class Engine:
@@ -182,7 +181,7 @@ def test_sglang_backend_asks_the_engine_for_log_probs(tokenizer):
             ]
 
     backend = SGLangBackend.__new__(SGLangBackend)  # no sglang.Engine to start here
-    backend.tokenizer, backend.eos_ids, backend.stop_ids = tokenizer, eos_ids, stop_ids
+    backend.tokenizer, backend.stop_ids = tokenizer, stop_ids
     backend.engine, backend.generated_tokens = Engine(), 0
     (out,) = backend.generate([[5, 6]], SamplingParams(temperature=0.7, max_new_tokens=4))
     assert calls[0]["return_logprob"] is True and calls[0]["input_ids"] == [[5, 6]]
@@ -190,17 +189,16 @@ def test_sglang_backend_asks_the_engine_for_log_probs(tokenizer):
 
 
 def test_sglang_mapping_errors_are_clear(tokenizer):
-    eos_ids, stop_ids = turn_stop_ids(tokenizer)
+    _, stop_ids = turn_stop_ids(tokenizer)
     with pytest.raises(RuntimeError, match="aborted.*out of memory"):
         abort = {"type": "abort", "message": "out of memory"}
         to_completions(
             [{"output_ids": [], "meta_info": {"finish_reason": abort}}],
             tokenizer,
-            eos_ids,
             stop_ids,
         )
     with pytest.raises(ValueError, match="output_ids"):
-        to_completions([{"text": "hi", "meta_info": {}}], tokenizer, eos_ids, stop_ids)
+        to_completions([{"text": "hi", "meta_info": {}}], tokenizer, stop_ids)
 
 
 def test_sglang_backend_without_sglang_says_what_to_do(tiny_model_dir):

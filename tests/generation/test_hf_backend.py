@@ -61,9 +61,7 @@ def reference(sharp_model: str):
             ids.append(nxt)
             if nxt in stop_ids:
                 break
-        return trim_reply(
-            ids[len(prompt) :], backend.tokenizer, backend.eos_ids, stop_ids
-        ).token_ids
+        return trim_reply(ids[len(prompt) :], backend.tokenizer, stop_ids).token_ids
 
     return generate
 
@@ -150,11 +148,9 @@ def test_rows_that_stop_early_leave_the_batch_without_changing_tokens(
     before = backend.reused_tokens
     again = [c.token_ids for c in backend.generate(turn2, GREEDY, sessions)]
     assert again == [reference(p, stop_ids=stop) for p in turn2]
-    fed = [
-        len(p) + len(r) - (len(r) == GREEDY.max_new_tokens)
-        for p, r in zip(prompts, got, strict=True)
-    ]
-    assert backend.reused_tokens - before == sum(fed)  # a last token is never fed back
+    assert all(r[-1] == stop[0] for r in got if len(r) < GREEDY.max_new_tokens)  # kept
+    fed = [len(p) + len(r) - 1 for p, r in zip(prompts, got, strict=True)]
+    assert backend.reused_tokens - before == sum(fed)  # a last token (the stop) is never fed
 
 
 def test_sessions_stay_independent_of_batch_order(sharp_model, prompts):
