@@ -15,7 +15,8 @@ reward with no baseline at all. Sparring handles singletons on purpose (`singlet
              a batch of one row gets zero
 Ties. A group whose rewards span less than `TIE_TOLERANCE` carries no signal and gets
 advantage exactly 0 (verl's float32 statistics would leave rounding noise, e.g. +0.056 on each
-of 16 rewards of 0.7); a batch of only such groups is `NoSignalError` in the trainer.
+of 16 rewards of 0.7); a batch of only such groups is `NoSignalError` in the trainer, and
+dynamic sampling drops such groups from the update (`signal_rows`).
 Losses take verl's `ActorConfig` (`actor_config`), whose `global_batch_info` carries the
 mini-batch's token and sequence counts, so micro-batch losses add up to the mini-batch loss
 exactly as in verl's own gradient accumulation.
@@ -82,6 +83,17 @@ def grpo_advantages(
         tied[lonely] = np.ptp(scores) < tie_tolerance  # compared with the whole batch
     advantages[torch.from_numpy(tied)] = 0.0
     return advantages
+
+
+def signal_rows(index: np.ndarray, advantages: torch.Tensor) -> np.ndarray:
+    """(B,) bool: the rows whose group (`index` (B,)) has a nonzero advantage somewhere in
+    `advantages` (B, T). Dynamic sampling (DAPO) keeps these and drops the other groups, whose
+    rows would add nothing to the policy gradient."""
+    live = (advantages != 0).any(1).cpu().numpy()  # (B,)
+    _, inverse = np.unique(index.astype(str), return_inverse=True)
+    group_live = np.zeros(int(inverse.max()) + 1 if len(inverse) else 0, dtype=bool)
+    np.logical_or.at(group_live, inverse, live)
+    return group_live[inverse]
 
 
 def reward_spread(scores: np.ndarray, inverse: np.ndarray) -> np.ndarray:

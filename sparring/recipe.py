@@ -176,7 +176,26 @@ class Recipe(_Strict):
             self._check_shards()
         if self.opponents.mixed:
             self._check_opponents()
+        if self.train.min_groups:
+            self._check_topup()
         return self
+
+    def _check_topup(self) -> None:
+        """Where dynamic sampling's top-up (`train.min_groups` > 0) can play more games."""
+        where = {
+            "train_backend: torch (verl plays inside verl)": self.train_backend == "torch",
+            "rollout.shards: 1 (a shard can't see the others' groups)": self.rollout.shards == 1,
+            "opponents.selfplay_fraction: 1 (the mix seats a fixed set of states)": (
+                not self.opponents.mixed
+            ),
+        }
+        missing = [need for need, ok in where.items() if not ok]
+        if missing:
+            raise ValueError(
+                f"train.min_groups={self.train.min_groups} tops the rollout up with more games, "
+                f"which needs {'; '.join(missing)}; or set train.min_groups: 0 (dynamic sampling "
+                "then only drops the groups without signal)"
+            )
 
     def _check_shards(self) -> None:
         """What the rollout fan-out (`rollout.shards` > 1) needs of the recipe."""

@@ -8,7 +8,8 @@ Steps (numbered as in the code):
   2. old log-probs with the current weights (no grad, micro-batches); in `bypass_mode` the
      rollout engine's log-probs instead, with no pass
   3. reference log-probs when KL is on (the start checkpoint unless another is given)
-  4. advantages: verl's `compute_grpo_outcome_advantage`, `index` = the chosen group key
+  4. advantages: verl's `compute_grpo_outcome_advantage`, `index` = the chosen group key; with
+     `dynamic_sampling`, the groups whose advantages are all 0 leave the batch (DAPO)
   5. `epochs` PPO epochs of AdamW steps over shuffled mini-batches, with gradient
      accumulation over micro-batches and grad-norm clipping; loss = verl's clipped policy loss
      (times truncated importance weights with `rollout_is`; + kl_coef * KL,
@@ -445,6 +446,43 @@ def credit_rejected(
     return credited, share
 
 
+def drop_silent_groups(
+    df: pd.DataFrame, batch: Batch, advantages: torch.Tensor, key: str
+) -> tuple[pd.DataFrame, Batch, torch.Tensor, dict[str, float]]:
+    """Dynamic sampling (DAPO): only the groups under `key` that carry signal (a nonzero
+    advantage somewhere: `grpo.signal_rows`). Returns their rows, batch and advantages
+    (B', T'-1), and `train/dropped_groups` (how many groups left) and
+    `train/dropped_group_frac` (their share of the groups)."""
+    index = grpo.group_index(df, key)  # (B,)
+    keep = grpo.signal_rows(index, advantages)  # (B,)
+    groups, dropped = len(set(index)), len(set(index[~keep]))
+    rows = np.flatnonzero(keep).tolist()
+    kept = batch.select(rows)  # trimmed to its longest row
+    metrics = {"train/dropped_groups": float(dropped), "train/dropped_group_frac": dropped / groups}
+    kept_df = df.iloc[rows].reset_index(drop=True)
+    return kept_df, kept, advantages[rows, : kept.response_mask.shape[1]], metrics
+
+
+def signal_groups(df: pd.DataFrame, cfg: GRPOConfig) -> int:
+    """How many groups under `cfg.group_key` carry signal (a nonzero advantage) in an update of
+    `cfg` on the samples `df`: the groups dynamic sampling keeps, counted as `train` would (the
+    rows of `cfg.policy`, cut to `cfg.max_seq_len`), which the rollout's top-up counts."""
+    if cfg.policy is not None and "policy" in df.columns:
+        df = df[df.policy == cfg.policy].reset_index(drop=True)
+    if df.empty:
+        return 0
+    df, _ = drop_cut_rewards(df, cfg.max_seq_len)
+    # advantages need only the rewards and masks: leave the sampling columns out of the batch
+    scoring = ["temperature", "top_p", "rollout_log_probs"]
+    batch = collate(df.drop(columns=scoring, errors="ignore"), None, cfg.max_seq_len)
+    try:
+        advantages, _ = advantages_for(df, batch, cfg)
+    except NoSignalError:
+        return 0
+    index = grpo.group_index(df, cfg.group_key)
+    return len(set(index[grpo.signal_rows(index, advantages)]))
+
+
 def grpo_update(
     model: torch.nn.Module,
     batch: Batch,
@@ -566,6 +604,12 @@ def train(
     # 4. advantages first: cheap, and fail fast when there is nothing to learn
     baseline = RoleBaseline.load(model_path, cfg.rae_decay) if cfg.advantage == "rae" else None
     advantages, metrics = advantages_for(df, batch, cfg, baseline)
+    metrics |= {"train/dropped_groups": 0.0, "train/dropped_group_frac": 0.0}
+    if cfg.dynamic_sampling:  # DAPO: the groups without signal leave the update
+        df, batch, advantages, dropped_groups = drop_silent_groups(
+            df, batch, advantages, cfg.group_key
+        )
+        metrics |= dropped_groups
     metrics["train/samples"] = float(len(df))
     metrics["train/dropped_rows"] = float(dropped)
     model = load_model(model_path, device, cfg=cfg)

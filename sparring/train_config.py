@@ -103,9 +103,31 @@ class GRPOConfig(OptimConfig):
     rollout_is: Literal["token", "sequence"] | None = None  # truncated IS weight on the loss
     rollout_is_threshold: float = Field(2.0, gt=1)  # TIS cap: weight min(pi_old/pi_rollout, cap)
     bypass_mode: bool = False  # old log-probs = the rollout's: skip the trainer's recompute pass
+    # Dynamic sampling (DAPO): the update drops every group under `group_key` whose advantages
+    # are all 0 (tied rewards; singletons under singleton_groups: zero), which would otherwise
+    # count in the loss's normaliser and cost a forward and backward for nothing
+    # (`train/dropped_groups`, `train/dropped_group_frac`). Off by default: without a top-up the
+    # update shrinks with the ties, so each kept row weighs more (docs/training.md).
+    dynamic_sampling: bool = False
+    # > 0 (with dynamic_sampling): the loop's rollout plays further train states, one round of
+    # the iteration's states at a time, until this many groups carry signal or
+    # `max_topup_rounds` rounds are played (pure self-play, torch route, one rollout shard).
+    min_groups: int = Field(0, ge=0)
+    max_topup_rounds: int = Field(1, ge=1)
 
     @model_validator(mode="after")
     def _check(self) -> GRPOConfig:
+        if self.dynamic_sampling and self.advantage == "rae":
+            raise ValueError(
+                "dynamic_sampling drops the groups whose group advantages are all 0, but with "
+                "advantage: rae no row's advantage comes from its group (and dropping rows would "
+                "bias the role baselines); set dynamic_sampling: false or advantage: grpo"
+            )
+        if self.min_groups and not self.dynamic_sampling:
+            raise ValueError(
+                f"min_groups={self.min_groups} tops the rollout up for dynamic sampling, which "
+                "is off; set dynamic_sampling: true or min_groups: 0"
+            )
         if self.optimizer_state == "carry" and self.lora_rank:
             raise ValueError(
                 "optimizer_state: carry needs full fine-tuning (lora_rank: 0): a merged LoRA "

@@ -11,7 +11,8 @@
    model's own chat template, are the SFT data (optional; a pretrained instruct model may
    play well enough without it);
 2. self-play: a batched rollout of the iteration's train states, written as games.jsonl,
-   samples.parquet and stats.json;
+   samples.parquet and stats.json (with dynamic sampling's `min_groups`, topped up with further
+   states until enough groups carry signal: `TopUp`);
 3. GRPO: one update on the samples. When every group's rewards tie there is no gradient, so
    the checkpoint is copied unchanged and `train/no_signal` is 1.
 """
@@ -94,11 +95,65 @@ def self_play(
     out_dir: str | Path,
     seat_plan: list[list[str]] | None = None,
     progress: bool = False,
+    top_up: TopUp | None = None,
 ) -> Step:
-    """2. Play `states` (`rcfg.games_per_init` times each); write and summarise the games."""
+    """2. Play `states` (`rcfg.games_per_init` times each), then `top_up`'s further states
+    where dynamic sampling asks for them (pure self-play); write and summarise the games, all
+    of them."""
     result = play(states, policies, rcfg, progress=progress, seat_plan=seat_plan)
+    extra: dict[str, float] = {}
+    if top_up is not None:
+        result, extra = top_up.play(result, len(states), policies, rcfg, progress)
     paths = write_outputs(result, out_dir)
-    return Step(Path(out_dir), rollout_stats(result), paths, result)
+    return Step(Path(out_dir), rollout_stats(result) | extra, paths, result)
+
+
+@dataclass
+class TopUp:
+    """Dynamic sampling's top-up (DAPO): while fewer than `cfg.min_groups` groups of the
+    samples carry signal (`sparring.train.signal_groups`, counted as the update will), play
+    the next round of `spare` train states, as many as the iteration's own, seated as the
+    rollout's own games (no opponent mix). `spare` holds at most `cfg.max_topup_rounds` rounds."""
+
+    cfg: GRPOConfig
+    spare: list[tuple[str, dict[str, Any]]]
+
+    def play(
+        self,
+        result: RolloutResult,
+        round_size: int,
+        policies: dict[str, Policy],
+        rcfg: RolloutConfig,
+        progress: bool = False,
+    ) -> tuple[RolloutResult, dict[str, float]]:
+        """`result` with the rounds it took added, and `rollout/signal_groups`,
+        `rollout/topup_rounds` and `rollout/topup_games`."""
+        import pandas as pd
+
+        from sparring.train import signal_groups
+
+        spare, rounds, games = list(self.spare), 0, len(result.episodes)
+        have = signal_groups(pd.DataFrame(result.samples), self.cfg)
+        while have < self.cfg.min_groups and spare:
+            more, spare = spare[:round_size], spare[round_size:]
+            result = _merged(result, play(more, policies, rcfg, progress=progress))
+            rounds += 1
+            have = signal_groups(pd.DataFrame(result.samples), self.cfg)
+        metrics = {"signal_groups": have, "topup_rounds": rounds}
+        metrics["topup_games"] = len(result.episodes) - games
+        return result, {metric_name(ROLLOUT, k): float(v) for k, v in metrics.items()}
+
+
+def _merged(a: RolloutResult, b: RolloutResult) -> RolloutResult:
+    """Two rollouts of the same policies as one (`b` later: the backends' token counters, which
+    `generated_tokens` reads, run on from `a`)."""
+    return RolloutResult(
+        a.episodes + b.episodes,
+        a.samples + b.samples,
+        a.seconds + b.seconds,
+        a.generate_calls + b.generate_calls,
+        b.generated_tokens,
+    )
 
 
 def grpo_step(

@@ -125,6 +125,25 @@ def iteration_plan(
     return states, rcfg
 
 
+def topup_states(
+    cfg: PipelineConfig, train_inits: str, iteration: int, games: int
+) -> list[tuple[str, dict]]:
+    """The train states dynamic sampling's top-up may play in `iteration` (`train.min_groups`):
+    `train.max_topup_rounds` rounds of as many states as the iteration plays, those that follow
+    its own in the rotation (the next iterations play them again, afresh), without repeats."""
+    every = load_inits(train_inits)
+    n = games // cfg.rollout.games_per_init
+    start = iteration * n
+    seen = {init_id for init_id, _ in steps.rotate(every, iteration, n)}
+    spare = []
+    for j in range(n, n * (1 + cfg.train.max_topup_rounds)):
+        init_id, state = every[(start + j) % len(every)]
+        if init_id not in seen:
+            seen.add(init_id)
+            spare.append((init_id, state))
+    return spare
+
+
 def rollout(
     cfg: PipelineConfig,
     model_dir: str,
@@ -135,7 +154,8 @@ def rollout(
     run_name: str,
     schedule: str | Path | None = None,
 ) -> dict[str, float]:
-    """Play `games` games (train states, rotating per iteration) and upload them.
+    """Play `games` games (train states, rotating per iteration) and upload them; with
+    `train.min_groups`, more games until that many groups carry signal (`steps.TopUp`).
 
     Pure self-play, or with `opponents.selfplay_fraction` < 1 the opponent mix of
     `sparring.loop.league`: the difficulty schedule continues from the previous rollout's
@@ -158,7 +178,12 @@ def rollout(
             extra_models={name: local for name, (_, local) in past.items()},
             backend=rcfg.backend,
         )
-        played = steps.self_play(states, policies, rcfg, out_dir, mix.plan if mix else None)
+        top_up = None
+        if cfg.train.min_groups:  # dynamic sampling (the recipe allows it in pure self-play)
+            top_up = steps.TopUp(cfg.train, topup_states(cfg, train_inits, iteration, games))
+        played = steps.self_play(
+            states, policies, rcfg, out_dir, mix.plan if mix else None, top_up=top_up
+        )
     stats = played.metrics
     if mix:
         models = {name: uri for name, (uri, _) in past.items()}
