@@ -8,6 +8,7 @@ import pytest
 import sparring.evaluate as evaluation
 from sparring.evaluate import EvalConfig, evaluate, headline, lineups, write_eval
 from sparring.game_init import GameInitConfig, write_inits
+from sparring.games.base import Baseline
 
 GAME = {"params": {"k": 3, "max_turns": 8}}
 ROLES = ("player_a", "player_b")
@@ -71,3 +72,16 @@ def test_vs_previous_needs_a_previous_checkpoint(val, plays):
     metrics, episodes = evaluate(agent, val, cfg, progress=False)
     assert list(episodes) == ["selfplay"] and plays == [3 + 3]  # and the scripted baseline
     assert not any(k.startswith("eval/vs_previous/") for k in metrics)
+
+
+def test_baselines_only_beside_an_evaluated_mode(val, plays):
+    cfg = EvalConfig(rollout={"game": GAME}, modes=["vs_scripted"])  # matching's are self-play
+    metrics, _ = evaluate(cfg.game.make_agent("matching-scripted"), val, cfg, progress=False)
+    assert plays == [3 * 2] and not any("baseline" in k or "gain" in k for k in metrics)
+
+
+def test_a_baseline_is_played_or_exact():
+    with pytest.raises(ValueError, match="exactly one of agent and value"):
+        Baseline("both", "selfplay", trivial=True, agent="matching-scripted", value=len)
+    with pytest.raises(ValueError, match="exactly one of agent and value"):
+        Baseline("neither", "selfplay", trivial=True)
