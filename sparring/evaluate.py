@@ -14,9 +14,11 @@ ONE batched rollout. For every mode and role the model played: `sparring.rollout
 the game's own, e.g. matching's agreement rate).
 Metric names: `eval/<mode>/<role>/<metric>` plus `eval/<mode>/all/normalized_reward`, and
 `eval/<name>` for what the game reads from the model itself (`Game.policy_metrics`: Kuhn
-Poker's `eval/exploitability`).
-Writes metrics.json, rewards.png (per mode and role, with error bars) and the game's own
-report files (`Game.write_report`).
+Poker's `eval/exploitability`). Beside them, the game's baselines on the same states
+(`Game.baselines`): `eval/baseline/<name>` and `eval/gain_over_best_trivial`, the model's
+reward minus the best trivial baseline's.
+Writes metrics.json, rewards.png (per mode and role, then the baselines, with error bars) and
+the game's own report files (`Game.write_report`).
 """
 
 from __future__ import annotations
@@ -149,7 +151,7 @@ def evaluate(
         mine = by_state.setdefault(group, {}).setdefault(init_id, [])
         mine += [ep.rewards[s] for s, p in enumerate(x.seats) if p == LEARNER]
     for b in baselines:
-        if b.value:
+        if b.value is not None:
             by_state[b.name] = {init_id: [b.value(state)] for init_id, state in inits}
     metrics: dict[str, float] = {}
     for mode, eps in episodes.items():
