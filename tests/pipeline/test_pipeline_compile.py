@@ -202,7 +202,8 @@ def test_train_sections_are_checked_with_the_config():
 def test_game_is_set_once():
     cfg = PipelineConfig.model_validate({"game": {"params": {"k": 3}}})
     assert cfg.rollout.game == cfg.eval.game == cfg.game_init.game == cfg.game
-    assert cfg.game.params == {"k": 3} and cfg.registered_model == "sparring-matching"
+    assert cfg.game.params == {"k": 3}
+    assert cfg.registered_model == f"sparring-matching-{cfg.eval_key}"  # one per evaluation
 
 
 def test_deprecated_group_key_alias_is_accepted_with_a_warning():
