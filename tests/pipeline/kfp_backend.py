@@ -13,10 +13,14 @@ write (read from kubeflow/pipelines at 2.17.0, see docs/pipeline.md):
   (driver.go provisionOutputs); the launcher downloads inputs from S3 to the SDK's local path
   (`/s3/<bucket>/<key>`, remapped here to a folder, as the pod's emptyDir would be) and uploads
   outputs after the command exits (launcher_v2.go);
-- KFP 2.17's MLflow plugin: every task gets `MLFLOW_RUN_ID`, a nested run of its own.
+- KFP 2.17's MLflow plugin: every task gets `MLFLOW_RUN_ID`, a nested run of its own;
+- Argo's retries of a failed task (`next_attempt`, from argo-workflows' processNodeRetries), by
+  the task's `retryPolicy` in the IR and the cluster's Argo retry policy, on an emulated clock
+  where a failed attempt took its pod's whole `activeDeadlineSeconds` (the worst case).
 
     backend = Backend(ir_path, "s3://sparring/kfp", workdir, pod_env, storage_config)
-    result = backend.run("0f3c…", "nightly", {"registered_model": "m"}, retry={"register-0"})
+    result = backend.run("0f3c…", "nightly", {"registered_model": "m"}, retry={"register-0"},
+                         fail={"register-1": "sparring.registry:publish"})
 """
 
 from __future__ import annotations
@@ -25,10 +29,11 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlparse
 
 import yaml
@@ -44,7 +49,27 @@ SESSION_INFO = {
 SITECUSTOMIZE = """import os
 import kfp.dsl.types.artifact_types as t
 t._S3_LOCAL_MOUNT_PREFIX = os.environ["HARNESS_S3_MOUNT"]
+crash = os.environ.get("HARNESS_CRASH_AFTER")
+if crash:  # a pod killed right after `module:function` returns (injected fault)
+    import importlib
+    module, name = crash.split(":")
+    module = importlib.import_module(module)
+    original = getattr(module, name)
+    def crashing(*args, **kwargs):
+        original(*args, **kwargs)
+        os._exit(137)
+    setattr(module, name, crashing)
 """
+
+
+class Attempt(NamedTuple):
+    """One pod of a task, on the emulated clock (seconds)."""
+
+    started: float
+    finished: float
+    failed: bool
+    deadline: float  # the pod's activeDeadlineSeconds, as Argo capped it
+    log: str = ""
 
 
 @dataclass
@@ -58,6 +83,43 @@ class TaskRun:
     executor_input: dict = field(default_factory=dict)
     log: str = ""
     tries: int = 1
+    attempts: list[Attempt] = field(default_factory=list)  # with a retryPolicy: every pod
+
+
+def next_attempt(
+    retry: dict | None, attempts: list[Attempt], timeout: float, policy: str = "Always"
+) -> tuple[float, float] | str:
+    """When Argo starts a task's next pod and the deadline it gives it, as (start, deadline)
+    on the clock of `attempts`; or why there is none. `retry`: the task's IR `retryPolicy`
+    (KFP's compiler turns it into the Argo template's retryStrategy limit and backoff);
+    `policy`: the Argo retryPolicy the cluster merges in (the IR has none: Argo's default is
+    OnFailure, the KFP 2.17 manifests' templateDefaults say OnError); `timeout`: the pod's own
+    activeDeadlineSeconds. argo-workflows workflow/controller/operator.go processNodeRetries:
+    maxDuration counts from the first attempt's start; a backoff ending past it is not waited
+    for; a retry's pod deadline is cut at it (executionDeadline)."""
+    last = attempts[-1]
+    if not last.failed:
+        return "succeeded"
+    if not retry:
+        return "no retry policy"
+    deadline = attempts[0].started + _seconds(retry.get("backoffMaxDuration", "3600s"))
+    if last.finished > deadline:
+        return "Max duration limit exceeded"
+    factor = retry.get("backoffFactor", 2.0)
+    wait = _seconds(retry.get("backoffDuration", "0s")) * factor ** (len(attempts) - 1)
+    if last.finished + wait > deadline:
+        return "Backoff would exceed max duration limit"
+    if policy not in ("Always", "OnFailure"):  # the command failed: Argo's phase Failed
+        return f"a failure is not retried under retryPolicy {policy}"
+    if len(attempts) > retry.get("maxRetryCount", 0):
+        return "No more retries left"
+    start = last.finished + wait
+    return start, min(timeout, deadline - start)
+
+
+def _seconds(duration: str) -> float:
+    """KFP's IR durations: whole seconds with an `s` ("3600s")."""
+    return float(duration.removesuffix("s"))
 
 
 @dataclass
@@ -77,7 +139,8 @@ class Backend:
     ) -> None:
         """`env`: what the pods get besides the IR's own env (the Secret's keys, the MLflow
         plugin's MLFLOW_TRACKING_URI); `s3`: how the launcher reaches the pipeline root."""
-        self.spec = next(yaml.safe_load_all(Path(ir_path).read_text()))
+        self.spec, platform = yaml.safe_load_all(Path(ir_path).read_text())
+        self.k8s = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
         self.root, self.workdir, self.env = root.rstrip("/"), Path(workdir), env
         self.s3 = s3.client()
         site = self.workdir / "site"
@@ -93,9 +156,14 @@ class Backend:
         job_name: str,
         params: dict[str, Any] | None = None,
         retry: set[str] = frozenset(),  # type: ignore[assignment]
+        fail: dict[str, str] | None = None,
+        policy: str = "Always",
     ) -> Result:
-        """Run every task once in dependency order (the tasks named in `retry` a second time
-        with the same executor input, after they succeeded); the exit handler runs last."""
+        """Run every task in dependency order, the exit handler last. The tasks named in
+        `retry` run a second time with the same executor input after they succeeded; the
+        first pod of a task in `fail` is killed right after the `module:function` it names
+        returns, and a failed task is retried as Argo would (`next_attempt`, under `policy`)."""
+        self.fail, self.policy, self.clock = dict(fail or {}), policy, 0.0
         root = self.spec["root"]
         inputs = {
             k: v.get("defaultValue") for k, v in root["inputDefinitions"]["parameters"].items()
@@ -196,15 +264,39 @@ class Backend:
                 "outputFile": f"{task_root}/output_metadata.json",
             },
         }
-        run = self._launch(name, executor["container"], executor_input)
+        timeout = float(
+            self.k8s.get(component["executorLabel"], {}).get("activeDeadlineSeconds", 0)
+        )
+        run = self._attempts(name, task.get("retryPolicy"), executor, executor_input, timeout)
         if name in retry and run.returncode == 0:  # the pod again: same input, fresh disk
             run = self._launch(name, executor["container"], executor_input)
             run.tries = 2
         return run
 
+    def _attempts(
+        self, name: str, retry: dict | None, executor: dict, executor_input: dict, timeout: float
+    ) -> TaskRun:
+        """The task's pods until one succeeds or Argo gives up; a failed pod took `timeout`."""
+        attempts: list[Attempt] = []
+        deadline = timeout
+        while True:
+            crash = {"HARNESS_CRASH_AFTER": self.fail.pop(name)} if name in self.fail else {}
+            started, wall = self.clock, time.monotonic()
+            run = self._launch(name, executor["container"], executor_input, crash)
+            self.clock += deadline if run.returncode else time.monotonic() - wall
+            attempts.append(Attempt(started, self.clock, bool(run.returncode), deadline, run.log))
+            after = next_attempt(retry, attempts, timeout, self.policy)
+            if isinstance(after, str):
+                run.tries, run.attempts = len(attempts), attempts
+                return run
+            self.clock, deadline = after
+
     # -- the launcher -----------------------------------------------------------------------
-    def _launch(self, name: str, container: dict, template: dict) -> TaskRun:
-        """One pod: a fresh disk, inputs downloaded, the command, outputs uploaded."""
+    def _launch(
+        self, name: str, container: dict, template: dict, fault: dict[str, str] | None = None
+    ) -> TaskRun:
+        """One pod: a fresh disk, inputs downloaded, the command, outputs uploaded (`fault`:
+        HARNESS_CRASH_AFTER for an injected crash)."""
         self._pods += 1
         self.mount = self.workdir / f"pod-{self._pods}"
         executor_input = json.loads(json.dumps(template))
@@ -229,6 +321,7 @@ class Backend:
             "PYTHONPATH": str(self.workdir / "site"),
             "HARNESS_S3_MOUNT": str(self.mount / "s3") + "/",
             "MLFLOW_RUN_ID": self._plugin_run(name),
+            **(fault or {}),
         }
         proc = subprocess.run(command, env=env, capture_output=True, text=True)
         log = proc.stdout + proc.stderr
