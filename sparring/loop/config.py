@@ -96,7 +96,16 @@ STEP_RESOURCES = {
         ("start", "game-init", "initial-model", "register", "finish", "merge-rollouts"), _LIGHT
     ),
     **dict.fromkeys(
-        ("warm-start", "rollout", "rollout-shard", "train", "train-verl", "evaluate"), _HEAVY
+        (
+            "warm-start",
+            "rollout",
+            "rollout-shard",
+            "train",
+            "train-verl",
+            "evaluate",
+            "evaluate-test",
+        ),
+        _HEAVY,
     ),
 }
 # Task retries: the first after 30 s, each next one twice as late; every attempt may take

@@ -323,3 +323,27 @@ def test_with_carry_each_train_continues_the_previous_trains_optimizer(tmp_path)
     assert all(
         a["taskOutputArtifact"]["outputArtifactKey"] != "optimizer" for a in registered.values()
     )
+
+
+def test_the_start_and_the_test_evaluation_are_tasks(tmp_path):
+    """`evaluate_start`: evaluate--1 plays the warm-started model and records it in the parent
+    run; `game_init.num_test`: evaluate-test scores that start and the last trained model."""
+    from sparring.pipelines.selfplay import compile_pipeline
+
+    cfg = PipelineConfig.model_validate(
+        {"iterations": 2, "warm_start": {}, "evaluate_start": True, "game_init": {"num_test": 4}}
+    )
+    spec = next(
+        yaml.safe_load_all(Path(compile_pipeline(cfg, str(tmp_path / "t.yaml"))).read_text())
+    )
+    dags = [spec["root"], *(c for c in spec["components"].values() if "dag" in c)]
+    keys = {t["taskInfo"]["name"]: k for d in dags for k, t in d["dag"]["tasks"].items()}
+    tasks = {t["taskInfo"]["name"]: t for t in all_tasks(spec)}
+
+    def producer(task: str, name: str) -> str:
+        return tasks[task]["inputs"]["artifacts"][name]["taskOutputArtifact"]["producerTask"]
+
+    assert producer("evaluate--1", "model") == keys["warm-start"]
+    assert "parent_run_id" in tasks["evaluate--1"]["inputs"]["parameters"]
+    assert producer("evaluate-test", "start") == keys["warm-start"]
+    assert producer("evaluate-test", "final") == keys["train-1"]
