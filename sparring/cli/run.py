@@ -73,6 +73,8 @@ def command(config, model, iterations, games_per_iteration, run_name, workdir, k
     if seeds and not cfg.game_init.num_test:
         raise click.UsageError("--seeds reports test figures: set game_init.num_test > 0")
     base = cfg.run_name or f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    # the RESULT lines' name: `embedded` for the embedded default, else the config's name
+    result_name = "embedded" if config is None else cfg.name.replace("-", "_")
     runs = []
     for seed in seeds or [None]:
         this = cfg if seed is None else seeded(cfg, seed)
@@ -85,7 +87,7 @@ def command(config, model, iterations, games_per_iteration, run_name, workdir, k
         except Stopped as e:  # local services stopped, MLflow parent run KILLED
             click.echo(f"{e}: MLflow parent run KILLED; partial artifacts in {e.partial}", err=True)
             sys.exit(e.exit_code)
-        click.echo(format_summary(result, this))
+        click.echo(format_summary(result, this, result_name))
         runs.append(Replicate(seed, result.run_name, result.test))
     if seeds:
         summary = summarize(runs)

@@ -176,9 +176,11 @@ def run_local(
         )
 
 
-def format_summary(result: LocalRun, cfg: PipelineConfig) -> str:
+def format_summary(result: LocalRun, cfg: PipelineConfig, result_name: str) -> str:
     """The table `sparring run` prints at the end: one row per evaluation (the first the
-    start's, before any update, with `evaluate_start`), then the champion and the test."""
+    start's, before any update, with `evaluate_start`), the game's baselines on the same
+    states, the champion and the test; with a test, it ends with the lines
+    `RESULT <result_name>_test_gain` and `..._test_gain_se` (final - start on test, paired)."""
     from sparring.loop.reports import iteration_label, test_line
 
     metric = cfg.champion_metric
@@ -191,6 +193,12 @@ def format_summary(result: LocalRun, cfg: PipelineConfig) -> str:
             f"{iteration_label(cfg, r['iteration']):>5}  {r['rollout']:>14.3f}  "
             f"{r['score']:>36.3f}  {r['version']:>7}  {r['checkpoint']}"
         )
+    baselines = next((r["baselines"] for r in reversed(result.rows) if r["baselines"]), {})
+    if baselines:
+        lines.append(
+            "baselines on the same val states: "
+            + ", ".join(f"{name} {value:.3f}" for name, value in baselines.items())
+        )
     champ = result.champion
     lines += [
         f"champion: v{champ.version} ({champ.source})" if champ else "champion: none",
@@ -202,6 +210,11 @@ def format_summary(result: LocalRun, cfg: PipelineConfig) -> str:
         f"(pipeline overhead {result.overhead:.2f})",
         f"MLflow UI: {result.mlflow_ui}  (parent run {result.parent_run_id})",
     ]
+    if result.test:
+        lines += [
+            f"RESULT {result_name}_test_gain {result.test['test/gain']:.4f}",
+            f"RESULT {result_name}_test_gain_se {result.test['test/gain_se']:.4f}",
+        ]
     return "\n".join(lines)
 
 

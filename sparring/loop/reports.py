@@ -139,7 +139,8 @@ def test_figures(parent_run_id: str, client: Any) -> dict[str, float]:
 
 def summary_rows(cfg: PipelineConfig, parent_run_id: str, client: Any) -> list[dict[str, Any]]:
     """Per iteration of the parent run (and the start, which has no rollout nor version):
-    rollout reward, champion metric, model version, URI."""
+    rollout reward, champion metric, model version, URI, and the game's baselines on the same
+    states (`eval/baseline/<name>`)."""
     from sparring.tracking import CHECKPOINT_TAG, ITERATION_TAG
 
     parent = client.get_run(parent_run_id)
@@ -159,6 +160,7 @@ def summary_rows(cfg: PipelineConfig, parent_run_id: str, client: Any) -> list[d
                 "score": m.get(cfg.champion_metric, float("nan")),
                 "version": version.version if version else "-",
                 "checkpoint": version.tags.get(CHECKPOINT_TAG, version.source) if version else "-",
+                "baselines": {b: v for k, v in m.items() if (b := split_baseline(k))},
             }
         )
     return sorted(rows, key=lambda r: r["iteration"])

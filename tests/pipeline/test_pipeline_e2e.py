@@ -58,8 +58,12 @@ def test_two_iterations_end_to_end(s3_env, tiny_run):
     # the compute the steps report (what bench/pipeline.py divides by the wall time)
     assert result.compute["perf/rollout_seconds"] > 0 and result.compute["perf/eval_seconds"] > 0
     assert 0 < result.overhead < 1
-    summary = format_summary(result, cfg)
+    summary = format_summary(result, cfg, "tiny")
     assert f"champion: v{best.version} ({best.source})" in summary and uris[1] in summary
+    # the game's baselines on the same val states beside the table (matching's exact deals)
+    assert "random-deal" in result.rows[-1]["baselines"]
+    assert f"random-deal {result.rows[-1]['baselines']['random-deal']:.3f}" in summary
+    assert ("RESULT tiny_test_gain " in summary) == bool(result.test)
 
 
 def test_wrong_s3_credentials_fail_clearly_and_register_nothing(s3_env, tmp_path, monkeypatch):
