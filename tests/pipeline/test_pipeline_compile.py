@@ -10,6 +10,7 @@ import yaml
 from click.testing import CliRunner
 from pydantic import ValidationError
 
+import sparring
 from sparring.cli import main
 from sparring.loop.config import CONFIG_DIR, PipelineConfig
 from sparring.loop.run_params import RUN_PARAMETERS
@@ -347,3 +348,21 @@ def test_the_start_and_the_test_evaluation_are_tasks(tmp_path):
     assert "parent_run_id" in tasks["evaluate--1"]["inputs"]["parameters"]
     assert producer("evaluate-test", "start") == keys["warm-start"]
     assert producer("evaluate-test", "final") == keys["train-1"]
+
+
+def test_a_diplomacy_recipe_compiles_onto_the_diplomacy_images(tmp_path):
+    """The engine is AGPL-3.0 and ships only in the `-diplomacy` flavours: a Diplomacy config
+    that names no image gets them, one that names its images keeps them."""
+    out = tmp_path / "diplomacy.yaml"
+    config = CONFIG_DIR / "diplomacy.yaml"
+    result = CliRunner().invoke(main, ["compile", "--config", str(config), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    spec = next(yaml.safe_load_all(out.read_text()))
+    images = {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()}
+    assert images == {f"ghcr.io/sparring/sparring:{sparring.__version__}-cpu-diplomacy"}
+    named = {"image": "registry/cpu:1", "gpu_image": "registry/gpu:1"}
+    cfg = PipelineConfig.model_validate({"game": {"name": "diplomacy"}, "kubernetes": named})
+    assert (cfg.kubernetes.image, cfg.kubernetes.gpu_image) == tuple(named.values())
+    assert PipelineConfig.model_validate({}).kubernetes.image.endswith(
+        f"{sparring.__version__}-cpu"
+    )

@@ -16,6 +16,8 @@ Rules of the adapter (docs/games.md has the full text):
 - Each movement phase: `press_rounds` **press** rounds (every power writes `[to GERMANY]
   text` / `[to ALL] text` lines; messages are delivered at the end of each round, so a power
   can answer before orders are due), then **orders** (simultaneous).
+- `history: full` keeps every phase in each power's chat; `history: summary` starts it afresh
+  at each movement phase (rules, a recap of earlier years and press, the board), bounded.
 - Orders are read forgivingly (`orders.parse_orders`: JSON lists, full names, arrows, commas,
   markdown, comments). A candidate naming one of the power's units that is not legal is
   **invalid** (the unit holds; the power is told which and why). Free text is ignored. A
@@ -49,7 +51,13 @@ from sparring.games.base import (
 from sparring.games.diplomacy.board import ROLES, WIN_CENTERS, Engine, Message
 from sparring.games.diplomacy.bots import BOTS
 from sparring.games.diplomacy.metrics import power_metrics
-from sparring.games.diplomacy.observation import adjust_prompt, board_view, power_view
+from sparring.games.diplomacy.observation import (
+    adjust_prompt,
+    board_view,
+    center_history,
+    power_view,
+    press_digest,
+)
 from sparring.games.diplomacy.orders import parse_orders, parse_press
 from sparring.games.diplomacy.scenarios import generate_state, set_auto_orders
 from sparring.metrics import VS_SCRIPTED
@@ -107,6 +115,13 @@ class DiplomacyConfig(BaseModel):
     """Press lines kept per power per round."""
     press_max_chars: int = Field(160, ge=1)
     """Each press message is cut to this many characters."""
+    history: Literal["full", "summary"] = "full"
+    """full: each power's chat keeps every phase, so it grows with the horizon; summary: each
+    movement phase starts a fresh chat (the rules, a recap of the earlier years and press, the
+    board), so the prompt stays bounded over long horizons."""
+    press_history: int = Field(10, ge=0)
+    """With `history: summary`, the last messages a power sent or received that its recap
+    keeps."""
     observation: Literal["compact", "full"] = "compact"
     """compact: per unit, its moves, supports and convoys grouped; full: every legal order."""
     retreats: Literal["auto", "policy"] = "auto"
@@ -360,8 +375,10 @@ class DiplomacyGame(Game):
         if not self._movers():  # nobody can move (never in practice): end the episode
             self._done = True
             return
+        ask = self._press_prompt() if self.cfg.press else self._orders_prompt()
         for seat in range(7):
-            ask = self._press_prompt() if self.cfg.press else self._orders_prompt()
+            if self.cfg.history == "summary":  # a fresh chat: the rules, then the observation
+                self._chat[seat] = self._chat[seat][:1]
             self._tell(seat, self.observation(seat) + "\n" + ask)
 
     def _deliver_press(self, ask: str) -> None:
@@ -384,13 +401,17 @@ class DiplomacyGame(Game):
 
     def observation(self, seat: int) -> str:
         """The text view of `seat` at the start of a movement phase: the board (the same for
-        every power, so the seven prompts share it as a prefix), then the power's own part."""
-        year = int(self.engine.get_current_phase()[1:5])
+        every power, so the seven prompts share it as a prefix), then the power's own part.
+        With `history: summary` the earlier years' center counts come first (shared too) and
+        the power's recent press before its own part."""
+        year, power = int(self.engine.get_current_phase()[1:5]), self._role(seat)
         board = board_view(self.engine, year - self.state["year"] + 1, self.cfg.horizon)
-        own = power_view(
-            self.engine, self._role(seat), self._possible_orders(), self.cfg.observation
-        )
-        return "\n".join([board, *self._take_feedback(seat), own])
+        own = power_view(self.engine, power, self._possible_orders(), self.cfg.observation)
+        years, press = [], []
+        if self.cfg.history == "summary":
+            years = center_history(self.engine, self.state["year"])
+            press = press_digest(self.engine, power, self.cfg.press_history)
+        return "\n".join([*years, board, *self._take_feedback(seat), *press, own])
 
     def _take_feedback(self, seat: int) -> list[str]:
         lines, self._feedback[seat] = self._feedback[seat], []

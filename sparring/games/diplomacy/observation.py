@@ -1,5 +1,7 @@
 """What a Diplomacy power sees: the board (the same text for all seven powers, first, so their
-prompts share a prefix) and then its own units with their options.
+prompts share a prefix) and then its own units with their options. With `history: summary`
+a fresh chat recaps the episode instead of keeping it: `center_history` (one line per finished
+year) before the board, `press_digest` (the power's last messages) before its units.
 
     Spring 1902, year 2 of 2.
     Centers: AUS BUD SER TRI VIE | ENG EDI LON LVP NWY | ... | unowned: BEL DEN HOL
@@ -59,6 +61,37 @@ def last_orders(engine: Any) -> str | None:
         if shown:
             parts.append(f"{power[:3]} {', '.join(shown)}")
     return f"Last orders ({h.name}): " + "; ".join(parts) if parts else None
+
+
+def center_history(engine: Any, start_year: int) -> list[str]:
+    """Each finished year of the episode as one line: every power's centers with the change
+    (what a fresh chat, `history: summary`, keeps of the phases before the last)."""
+    history = engine.get_phase_history()
+    springs = [h.state["centers"] for h in history if h.name[0] == "S" and h.name[-1] == "M"]
+    if engine.get_current_phase()[0] == "S":  # a year just ended
+        springs.append({p: engine.get_centers(p) for p in ROLES})
+    lines = []
+    for year, (before, after) in enumerate(zip(springs, springs[1:], strict=False), start_year):
+        counts = [(p[:3], len(after.get(p, [])), len(before.get(p, []))) for p in ROLES]
+        changes = (f"{p} {n}" + (f" ({n - m:+d})" if n != m else "") for p, n, m in counts)
+        lines.append(f"Centers after {year}: " + ", ".join(changes))
+    return lines
+
+
+def press_digest(engine: Any, power: str, last: int) -> list[str]:
+    """The last `last` press messages `power` sent or received in the episode, oldest first."""
+    messages = [m for h in engine.get_phase_history() for m in h.messages.values()]
+    messages += engine.messages.values()
+    mine = [m for m in messages if power in (m.sender, m.recipient) or m.recipient == "GLOBAL"]
+    if not last or not mine:
+        return []
+    shown = [
+        f"{m.phase} {m.sender} "
+        + ("to all" if m.recipient == "GLOBAL" else f"to {m.recipient}")
+        + f": {m.message}"
+        for m in mine[-last:]
+    ]
+    return [f"Earlier press (the last {len(shown)}):", *shown]
 
 
 def power_view(engine: Any, power: str, possible: dict[str, list[str]], mode: str) -> str:
