@@ -80,10 +80,12 @@ class TokenTrace:
         full = self._render(messages, generation_prompt=True)
         if not full.startswith(self._rendered):
             raise TemplateError(
-                "the chat template re-renders earlier turns differently (as Qwen3-style templates "
-                "do when they drop earlier <think> blocks), so the ids the model saw can't be "
-                "extended turn by turn. Use a prefix-stable template (ChatML, Llama 3), or one "
-                f"that keeps earlier turns as they were. {_divergence(self._rendered, full)}"
+                "the seat's earlier turns changed, so the ids the model saw can't be extended "
+                "turn by turn: either the game restarted the seat's chat (a game option that "
+                "summarises earlier phases in a fresh chat supports scripted seats only), or the chat "
+                "template re-renders earlier turns differently (as Qwen3-style templates do when "
+                "they drop earlier <think> blocks; use a prefix-stable template such as ChatML "
+                f"or Llama 3). {_divergence(self._rendered, full)}"
             )
         self._append_text(full[len(self._rendered) :], 0)
         return list(self.input_ids)
