@@ -28,12 +28,12 @@ def start(
     Args:
         config: the PipelineConfig as JSON (the `config` run parameter).
         compiled: the compile-time fingerprint and parameter defaults (run_params.compile_time).
-        job_id: the KFP run's unique id (the storage key unless the config sets run_name).
+        job_id: the KFP run's unique id (the storage key unless the config sets campaign).
         job_name: the KFP run's display name (the MLflow run's name; not unique).
         model, learning_rate, init_seed, sampling_seed, games_per_iteration, eval_games,
             experiment, registered_model: the run parameters (sparring.loop.run_params).
         run_config: the resolved config as JSON, which every later task reads.
-        run_name: the run's folder under storage.root.
+        run_name: the run's folder under storage.root (the campaign id, else job_id).
         parent_run_id: the MLflow parent run that the iterations log under.
     """
     from sparring.loop import run_params, tasks

@@ -6,9 +6,11 @@
 A campaign is longer than one pipeline should hold (the unrolled IR grows ~26 KB per
 iteration): it submits one run per block of iterations, waits for it, and starts the next
 block from the MLflow champion (`models:/<registered_model>@champion`). Every block shares one
-`run_name`, so the storage layout `<root>/<run>/<iteration>/…` continues across blocks, and
-so does the opponents' difficulty schedule: a block's first rollout reads the schedule.json the
-last rollout stored (sparring.loop.league).
+fresh campaign id `<name>-<uuid>` (`campaign`, the storage key), so the storage layout
+`<root>/<campaign>/<iteration>/…` continues across blocks, and so do the opponents' difficulty
+schedule and `past-<k>`: a block's first rollout reads the schedule.json the last rollout
+stored (sparring.loop.league). Two campaigns of one pipeline never share a key; a run outside
+a campaign is keyed on its KFP run id. `run_name` is only a display name.
 """
 
 import hashlib
@@ -95,10 +97,11 @@ def campaign(
     timeout: int,
     service_account: str | None = None,
 ):
-    """Run `total` iterations as ceil(total / block) consecutive runs; each run after the first
+    """Run `total` iterations as ceil(total / block) consecutive runs under one campaign id (a
+    new `<name>-<uuid>`, or `cfg.campaign` to continue that campaign); each run after the first
     starts from the champion. Returns the KFP runs. Stops at the first run that fails."""
     runs = []
-    run_name = cfg.run_name or cfg.name
+    campaign_id = cfg.campaign or f"{cfg.name}-{uuid.uuid4().hex}"
     for first in range(cfg.first_iteration, cfg.first_iteration + total, block):
         model = cfg.model if not runs else f"models:/{cfg.registered_model}@champion"
         size = min(block, cfg.first_iteration + total - first)
@@ -107,7 +110,7 @@ def campaign(
                 "model": model,
                 "first_iteration": first,
                 "iterations": size,
-                "run_name": run_name,
+                "campaign": campaign_id,
                 "warm_start": cfg.warm_start if not runs else None,
             }
         )

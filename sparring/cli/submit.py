@@ -15,7 +15,11 @@ from sparring.cli.options import load_config
     help="YAML PipelineConfig [default: the embedded configs/pipeline.yaml].",
 )
 @click.option("--experiment", default="sparring", show_default=True, help="KFP experiment.")
-@click.option("--run-name", help="KFP run name [default: <name>-it<first>-<last>].")
+@click.option(
+    "--run-name",
+    help="Display name of the KFP run and its MLflow parent run; storage keys on the run id "
+    "(a campaign's on its campaign id) [default: <name>-it<first>-<last>, made unique].",
+)
 @click.option("--namespace", help="Kubeflow profile namespace (multi-user installs).")
 @click.option("--campaign", type=int, help="Run this many iterations as consecutive runs.")
 @click.option("--block", default=10, show_default=True, help="Iterations per run of a campaign.")

@@ -194,7 +194,11 @@ class Deployment(_Strict):
     name: str = "sparring-selfplay"
     """The KFP pipeline's name."""
     run_name: str | None = None
-    """Storage folder and MLflow parent run; None = the KFP job name."""
+    """Display name of the MLflow parent run; None = the KFP run's name. Never a storage key."""
+    campaign: str | None = None
+    """Storage key shared by a campaign's runs (`<root>/<campaign>/<iteration>/…`), which
+    `past-<k>` and the difficulty schedule look up; `sparring submit --campaign` sets a fresh
+    `<name>-<uuid>`. None = the run's own unique id (the KFP run id)."""
     storage: StorageSettings = Field(default_factory=StorageSettings)
     """Where checkpoints and datasets go (S3 or a local folder)."""
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)

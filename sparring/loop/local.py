@@ -43,14 +43,14 @@ _PROGRESS = re.compile(r"\[sparring\]|Executing task|finished with status|Error|
 class LocalRun(NamedTuple):
     """What a local pipeline run produced."""
 
-    run_name: str
+    run_name: str  # the display name (the MLflow parent run's); storage keys on the run id
     parent_run_id: str
     rows: list[dict[str, Any]]  # per iteration, see sparring.loop.reports.summary_rows
     champion: Any  # the champion ModelVersion, or None
     test: dict[str, float]  # the test figures (sparring.loop.tasks.evaluate_test), or {}
     tracking_uri: str
     mlflow_ui: str  # how to open the MLflow UI on this run (see `mlflow_ui`)
-    storage_root: str
+    storage_root: str  # `<storage.root>/<the run's id>`: its checkpoints, rollouts, evals
     s3_data_dir: Path | None  # where the local S3 server kept its data, if one was started
     log: Path
     seconds: float  # wall time of the whole run, services included
@@ -108,7 +108,7 @@ def in_process(cfg: PipelineConfig, workdir: Path) -> dict[str, float]:
     from sparring.loop.runner import run_loop
     from sparring.loop.tasks import COMPUTE_METRICS
 
-    result = run_loop(cfg, workdir / cfg.run_name / "work", job_id=cfg.run_name)
+    result = run_loop(cfg, workdir / cfg.run_name / "work")
     return {k: sum(it.metrics.get(k, 0.0) for it in result.iterations) for k in COMPUTE_METRICS}
 
 
@@ -125,7 +125,7 @@ def run_local(
     from sparring.registry import champion
     from sparring.tracking import connect
 
-    t0 = time.perf_counter()
+    t0, started = time.perf_counter(), time.time()
     workdir = Path(workdir).resolve()
     run_name = cfg.run_name or f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     (workdir / run_name).mkdir(parents=True, exist_ok=True)
@@ -150,15 +150,16 @@ def run_local(
             try:
                 compute = engine(cfg, workdir)
             except Stopped as e:  # SIGTERM/SIGINT: the task is gone; services stop on exit
-                parent = runs.find_parent(cfg, connect(cfg.tracking), run_name, tag=runs.RUN_TAG)
+                parent = _this_parent(cfg, connect(cfg.tracking), started)
                 if parent is not None:
                     runs.end(connect(cfg.tracking), parent, "KILLED")
-                e.partial = f"{cfg.storage.root.rstrip('/')}/{run_name}" + (
+                key = parent.data.tags[runs.RUN_TAG] if parent else "<not started>"
+                e.partial = f"{cfg.storage.root.rstrip('/')}/{key}" + (
                     f" (local S3 data in {s3_dir})" if s3_dir else ""
                 )
                 raise
         client = connect(cfg.tracking)
-        parent = runs.find_parent(cfg, client, run_name, tag=runs.RUN_TAG)
+        parent = _this_parent(cfg, client, started)
         rows = summary_rows(cfg, parent.info.run_id, client)
         return LocalRun(
             run_name,
@@ -168,12 +169,22 @@ def run_local(
             test_figures(parent.info.run_id, client),
             cfg.tracking.resolved_uri(),
             mlflow_ui(cfg.tracking, workdir / "mlflow" if own_mlflow else None),
-            f"{cfg.storage.root.rstrip('/')}/{run_name}",
+            f"{cfg.storage.root.rstrip('/')}/{parent.data.tags[runs.RUN_TAG]}",
             s3_dir,
             log_path,
             time.perf_counter() - t0,
             compute,
         )
+
+
+def _this_parent(cfg: PipelineConfig, client: Any, started: float) -> Any:
+    """The MLflow parent run `run_local` opened: the newest of this pipeline, if it started
+    after `started` (epoch seconds), else None. Its `sparring.run` tag is the storage key (the
+    run's unique id, which only the engine knows)."""
+    from sparring.loop import runs
+
+    parent = runs.find_parent(cfg, client, cfg.name, tag=runs.PIPELINE_TAG)
+    return parent if parent and parent.info.start_time >= int(started * 1000) else None
 
 
 def format_summary(result: LocalRun, cfg: PipelineConfig, result_name: str) -> str:

@@ -24,7 +24,7 @@ Steps (the numbers repeat in the body):
 
 from __future__ import annotations
 
-import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
@@ -48,7 +48,7 @@ class Iteration(NamedTuple):
 class LoopResult(NamedTuple):
     """A whole run of the loop."""
 
-    run_name: str
+    run_name: str  # the storage key: the campaign's, else the run's unique id
     parent_run_id: str  # "" with tracking off
     start: Iteration | None  # the model before any update, with `evaluate_start`
     iterations: list[Iteration]
@@ -66,7 +66,7 @@ def run_loop(
     docstring. `on_iteration` sees each finished iteration, and first the start's evaluation
     with `evaluate_start` (a bench's live curve)."""
     work = Path(work)
-    job_id = job_id or cfg.run_name or f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    job_id = job_id or f"{cfg.name}-{uuid.uuid4().hex}"  # the storage key, unless a campaign's
     # 0. start
     run_name, parent = tasks.start(cfg, job_id, job_id)
     try:
@@ -154,9 +154,14 @@ def _play_and_train(
     parent: str,
     schedule: Path | None,
 ) -> dict[str, float]:
-    """4a. One iteration's rollout and GRPO update (or verl's, which does both); the new
-    checkpoint goes to `out/trained`. Returns their metrics."""
+    """4a. One iteration's rollout and GRPO update (or verl's, which does both; or the SFT
+    control's round, `sparring.loop.control`); the new checkpoint goes to `out/trained`.
+    Returns their metrics."""
     i, trained = step.iteration, out / "trained"
+    if cfg.sft_control:
+        from sparring.loop.control import sft_round
+
+        return sft_round(cfg, str(model), train_inits, i, step.games, trained)
     if cfg.train_backend == "verl":
         from sparring.loop.verl_task import train_verl
 

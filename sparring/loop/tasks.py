@@ -54,11 +54,12 @@ def start(cfg: PipelineConfig, job_id: str, job_name: str = "") -> tuple[str, st
     of this pipeline and open the MLflow parent run (which checks MLflow), once per KFP run: a
     retried `start` finds the parent its first try opened. Returns (run, parent run id).
 
-    The run (the storage key) is `cfg.run_name`, else the KFP run's unique id `job_id`; the
-    MLflow run is named after the display name `job_name` and tagged with both."""
+    The run (the storage key) is the campaign id `cfg.campaign`, else the KFP run's unique id
+    `job_id`, never a display name; the MLflow run is named `cfg.run_name` or `job_name` and
+    tagged with both ids."""
     from sparring.loop import runs
 
-    run_name = cfg.run_name or job_id
+    run_name = cfg.campaign or job_id
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
         upload(cfg, tmp, run_uri(cfg, run_name, "config"))

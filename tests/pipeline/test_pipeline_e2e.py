@@ -25,7 +25,7 @@ def test_two_iterations_end_to_end(s3_env, tiny_run):
     client = connect(cfg.tracking)
 
     # the bucket holds both checkpoints, each complete per its manifest
-    uris = [f"{cfg.storage.root}/{cfg.run_name}/{i}/checkpoint" for i in range(2)]
+    uris = [f"{result.storage_root}/{i}/checkpoint" for i in range(2)]  # keyed on the run id
     for uri in uris:
         entries = storage.verify(uri, deep=True)
         assert {"config.json", "model.safetensors"} <= {e.path for e in entries}
@@ -97,7 +97,7 @@ def test_in_process_loop_plays_the_same_games_as_the_kfp_pipeline(s3_env, tiny_r
 
     from sparring.loop.runner import run_loop
 
-    kfp_cfg, _ = tiny_run
+    kfp_cfg, kfp_result = tiny_run
     cfg = kfp_cfg.model_copy(
         update={
             "iterations": 1,
@@ -116,7 +116,7 @@ def test_in_process_loop_plays_the_same_games_as_the_kfp_pipeline(s3_env, tiny_r
         rows = [json.loads(line) for line in text.splitlines()]
         return [(g["game_id"], g["transcript"], g["rewards"]) for g in rows]
 
-    kfp_root = f"{kfp_cfg.storage.root}/{kfp_cfg.run_name}/0"
+    kfp_root = f"{kfp_result.storage_root}/0"
     kfp_games = storage.read_text(f"{kfp_root}/rollout", "games.jsonl")
     here = (tmp_path / "work" / "0" / "rollout" / "games.jsonl").read_text()
     assert games(here) == games(kfp_games)

@@ -105,10 +105,8 @@ def s3_env(s3_server, monkeypatch):
 def test_merged_rollout_equals_a_single_task_rollout(s3_env, tiny_model_dir, tmp_path):
     cfg = sharded_config(tmp_path, 2, model=str(tiny_model_dir))  # 1 + 2 states
     result = run_local(cfg, tmp_path / "runs", engine=run_kfp)
-    merged = storage.download_dir(
-        f"{cfg.storage.root}/{cfg.run_name}/0/rollout", tmp_path / "merged"
-    )
-    inits = storage.download_dir(f"{cfg.storage.root}/{cfg.run_name}/inits", tmp_path / "inits")
+    merged = storage.download_dir(f"{result.storage_root}/0/rollout", tmp_path / "merged")
+    inits = storage.download_dir(f"{result.storage_root}/inits", tmp_path / "inits")
 
     # the single task: the same config, model, states and seeds, in this process
     single_cfg = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"shards": 1})})
