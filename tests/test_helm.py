@@ -7,6 +7,7 @@ There is no helm binary, API server or cluster here: helm-python-sdk renders the
 
 from __future__ import annotations
 
+import copy
 import http.server
 import importlib.util
 import json
@@ -108,10 +109,12 @@ def launcher_patch(chart: Chart, values: dict, namespace: str = NAMESPACE) -> di
     return json.loads(line.split(" -p '", 1)[1].rstrip("'"))["data"]
 
 
+def pipeline_config_text(docs: list[dict]) -> str:
+    return by_kind(docs, "ConfigMap")[f"{RELEASE}-pipeline"]["data"]["pipeline.yaml"]
+
+
 def pipeline_config(docs: list[dict]) -> dict:
-    return yaml.safe_load(
-        by_kind(docs, "ConfigMap")[f"{RELEASE}-pipeline"]["data"]["pipeline.yaml"]
-    )
+    return yaml.safe_load(pipeline_config_text(docs))
 
 
 # ---- lint, schema, validation --------------------------------------------------------------
@@ -255,7 +258,7 @@ def test_default_install_pieces(chart):
     assert kinds == sorted(
         ["ServiceAccount", "Role", "RoleBinding", "Secret", "ConfigMap", "NetworkPolicy"]
         + ["NetworkPolicy"]  # networkPolicy.ray: the RayJobs' pods
-        + ["Deployment", "Service", "PersistentVolumeClaim", "Job", "Pod"]
+        + ["Deployment", "Service", "PersistentVolumeClaim", "Job", "Job", "Pod"]
         + ["Role", "RoleBinding"]  # rbac.rayJobs: the verl task's RayJob calls
     )
     mlflow = by_kind(docs, "Deployment")[f"{RELEASE}-mlflow"]
@@ -265,7 +268,11 @@ def test_default_install_pieces(chart):
     probe = mlflow["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]
     assert probe["path"] == "/health"
     job = by_kind(docs, "Job")[f"{RELEASE}-register-r1"]
-    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    assert (
+        job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade,post-rollback"
+    )
+    disable = by_kind(docs, "Job")[f"{RELEASE}-disable-r1"]
+    assert disable["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
     test_pod = by_kind(docs, "Pod")[f"{RELEASE}-test"]
     assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
     # KFP owns kfp-launcher: the default install never creates (or later deletes) it
@@ -461,14 +468,14 @@ def test_pipeline_config_carries_images_gpu_placement_and_secret(chart, name):
     config_volume = next(v for v in job["volumes"] if v["name"] == "config")
     assert config_volume["configMap"]["name"] == f"{RELEASE}-pipeline"
     assert env["PIPELINE_CONFIG"] == "/etc/sparring/pipeline.yaml"
-    assert env["PIPELINE_VERSION"] == f"{sparring.__version__}-r1"
+    assert env["PIPELINE_VERSION_PREFIX"] == sparring.__version__  # + the content's hash
 
 
-def test_upgrade_registers_a_new_version(chart):
+def test_upgrade_registers_with_the_same_settings(chart):
     docs = render(chart, values_for("gpu"), revision=7)
     job = by_kind(docs, "Job")[f"{RELEASE}-register-r7"]["spec"]["template"]["spec"]
     env = {e["name"]: e.get("value") for e in job["containers"][0]["env"]}
-    assert env["PIPELINE_VERSION"] == f"{sparring.__version__}-r7"
+    assert env["PIPELINE_VERSION_PREFIX"] == sparring.__version__  # no revision: by content
     assert env["RECURRING_RUN_CRON"] == "0 0 2 * * *"
 
 
@@ -515,12 +522,14 @@ def test_compiled_pipeline_uses_the_chart_images_and_gpu_values(chart, tmp_path)
 
 
 class FakeKfp:
-    """Records calls; pipelines/versions/recurring runs live in dicts."""
+    """Records calls; pipelines, versions, experiments and recurring runs live in dicts."""
 
-    def __init__(self, pipelines=None, versions=None, recurring=None):
+    def __init__(self, pipelines=None, recurring=None, experiment="sparring-nightly"):
         self.pipelines = dict(pipelines or {})  # name -> id
-        self.versions = dict(versions or {})  # (pipeline id, version name) -> id
-        self.recurring = dict(recurring or {})  # id -> name
+        self.versions: dict[tuple[str, str], str] = {}  # (pipeline id, version name) -> id
+        self.experiments = {experiment} if recurring else set()  # the recurring runs' experiment
+        # recurring run id -> [name, version id, enabled]
+        self.recurring = {k: [n, "?", True] for k, n in (recurring or {}).items()}
         self.calls: list[str] = []
 
     def get_pipeline_id(self, name):
@@ -554,12 +563,19 @@ class FakeKfp:
         self.versions[(pipeline_id, pipeline_version_name)] = f"v-{pipeline_version_name}"
         return SimpleNamespace(pipeline_version_id=f"v-{pipeline_version_name}")
 
+    def get_experiment(self, experiment_name, namespace=None):
+        if experiment_name not in self.experiments:
+            raise ValueError(f"No experiment is found with name {experiment_name}.")
+        return SimpleNamespace(experiment_id=f"e-{experiment_name}")
+
     def create_experiment(self, name, namespace=None):
+        self.experiments.add(name)
         return SimpleNamespace(experiment_id=f"e-{name}")
 
     def list_recurring_runs(self, experiment_id, page_size):
         runs = [
-            SimpleNamespace(recurring_run_id=i, display_name=n) for i, n in self.recurring.items()
+            SimpleNamespace(recurring_run_id=i, display_name=n)
+            for i, (n, _, _) in self.recurring.items()
         ]
         return SimpleNamespace(recurring_runs=runs or None)
 
@@ -567,32 +583,56 @@ class FakeKfp:
         self.calls.append(f"delete {rid}")
         del self.recurring[rid]
 
+    def disable_recurring_run(self, rid):
+        self.calls.append(f"disable {rid}")
+        self.recurring[rid][2] = False
+
     def create_recurring_run(self, experiment_id, job_name, **kw):
         self.calls.append(f"create_recurring_run {kw['version_id']} {kw['cron_expression']}")
-        self.recurring[f"r{len(self.calls)}"] = job_name
+        self.recurring[f"r{len(self.calls)}"] = [job_name, kw["version_id"], True]
         return SimpleNamespace(recurring_run_id=f"r{len(self.calls)}")
+
+    def enabled(self, name: str) -> list[str]:
+        """The versions the enabled recurring runs called `name` start."""
+        return [v for n, v, on in self.recurring.values() if n == name and on]
 
 
 HEALTHY = {"commit_sha": "abc", "tag_name": "2.17.0", "multi_user": False}
 
 
 @pytest.fixture()
-def register():
-    return load_module(CHART / "files" / "register_pipeline.py", "register_pipeline")
+def register(tmp_path, monkeypatch):
+    """The chart's script; its `sparring compile` stand-in writes the rendered config as the
+    package, so the version's content hash follows the config."""
+    module = load_module(CHART / "files" / "register_pipeline.py", "register_pipeline")
+    monkeypatch.setattr(
+        module, "compile_pipeline", lambda cfg, pkg: Path(pkg).write_text(Path(cfg).read_text())
+    )
+    return module
 
 
-def test_register_creates_then_versions_then_is_idempotent(register, chart, monkeypatch):
-    compiled = []
-    monkeypatch.setattr(register, "compile_pipeline", lambda cfg, pkg: compiled.append((cfg, pkg)))
+def hook_env(docs: list[dict], job: str, tmp_path: Path) -> dict[str, str]:
+    """A hook Job's env, its rendered config written where `PIPELINE_CONFIG` points."""
+    spec = by_kind(docs, "Job")[job]["spec"]["template"]["spec"]
+    env = {e["name"]: e["value"] for e in spec["containers"][0]["env"]}
+    config = tmp_path / f"{job}.yaml"
+    config.write_text(pipeline_config_text(docs))
+    return env | {"PIPELINE_CONFIG": str(config), "PIPELINE_PACKAGE": str(tmp_path / "ir.yaml")}
+
+
+def test_register_creates_then_versions_then_is_idempotent(register, chart, tmp_path):
     docs = render(chart, values_for("gpu"), revision=2)
-    job = by_kind(docs, "Job")[f"{RELEASE}-register-r2"]["spec"]["template"]["spec"]
-    env = {e["name"]: e["value"] for e in job["containers"][0]["env"]}  # the Job's real env
+    env = hook_env(docs, f"{RELEASE}-register-r2", tmp_path)  # the Job's real env
+    version = register.version_name(sparring.__version__, env["PIPELINE_CONFIG"])
 
     client = FakeKfp()
     assert register.main(env, client, healthz=HEALTHY) == 0
-    assert compiled == [("/etc/sparring/pipeline.yaml", "/tmp/pipeline-ir.yaml")]
-    assert client.calls[:2] == ["get_pipeline_id (shared)", "upload_pipeline"]
-    assert client.calls[2] == "create_recurring_run v-first 0 0 2 * * *"
+    assert client.calls == [
+        "get_pipeline_id (shared)",
+        "upload_pipeline",
+        "upload_pipeline_version",  # named by content, not after the pipeline
+        f"create_recurring_run v-{version} 0 0 2 * * *",
+    ]
 
     existing = FakeKfp(
         pipelines={"sparring-selfplay-gpu": "p1"},
@@ -603,13 +643,55 @@ def test_register_creates_then_versions_then_is_idempotent(register, chart, monk
         "get_pipeline_id (shared)",
         "upload_pipeline_version",
         "delete old",
-        "create_recurring_run v-0.1.0-r2 0 0 2 * * *".replace("0.1.0", sparring.__version__),
+        f"create_recurring_run v-{version} 0 0 2 * * *",
     ]
     assert "x" in existing.recurring  # other recurring runs are left alone
     existing.calls.clear()
     once = {k: v for k, v in env.items() if not k.startswith("RECURRING")}
     register.main(once, existing, healthz=HEALTHY)
     assert existing.calls == ["get_pipeline_id (shared)"]  # a retried Job uploads nothing twice
+
+
+def test_install_uninstall_reinstall_and_rollback(register, chart, tmp_path):
+    """The hooks as rendered, in Helm's order, against one KFP: uninstall disables the
+    recurring run; a reinstall of a changed chart uploads a new version (never the stale one)
+    and re-enables it; a rollback points it back at the version of the rolled-back config."""
+    name = "sparring-selfplay-gpu-recurring"
+    kfp = FakeKfp()
+
+    def hook(values: dict, revision: int, job: str) -> None:
+        docs = render(chart, values, revision=revision)
+        action = by_kind(docs, "Job")[f"{RELEASE}-{job}-r{revision}"]
+        assert action["spec"]["template"]["spec"]["containers"][0]["command"][-1] == job
+        env = hook_env(docs, f"{RELEASE}-{job}-r{revision}", tmp_path)
+        assert register.main(env, kfp, healthz=HEALTHY, action=job) == 0
+
+    def version(values: dict) -> str:
+        config = tmp_path / "v.yaml"
+        config.write_text(pipeline_config_text(render(chart, values)))
+        return f"v-{register.version_name(sparring.__version__, str(config))}"
+
+    old, new = (
+        values_for("gpu"),
+        {**values_for("gpu"), "pipeline": {**values_for("gpu")["pipeline"], "retries": 3}},
+    )
+    assert version(old) != version(new)
+    hook(old, 1, "register")  # helm install
+    assert kfp.enabled(name) == [version(old)]
+    hook(old, 1, "disable")  # helm uninstall: pre-delete
+    assert kfp.enabled(name) == [] and len(kfp.recurring) == 1
+    hook(new, 1, "register")  # helm install again, a changed chart
+    assert kfp.enabled(name) == [version(new)] and len(kfp.recurring) == 1
+    hook(old, 2, "register")  # helm upgrade back to the old values: its version is found
+    assert kfp.calls.count("upload_pipeline_version") == 2
+    hook(new, 3, "register")  # helm upgrade
+    hook(old, 4, "register")  # helm rollback 2: post-rollback, the old config again
+    assert kfp.enabled(name) == [version(old)] and len(kfp.recurring) == 1
+    assert kfp.calls.count("upload_pipeline_version") == 2  # nothing uploaded twice
+    no_cron = copy.deepcopy(old)
+    no_cron["pipeline"]["register"]["recurringRun"]["enabled"] = False
+    hook(no_cron, 5, "register")  # an upgrade that turns the recurring run off disables it
+    assert kfp.enabled(name) == []
 
 
 # ---- scripts the chart runs, against real servers -----------------------------------------
@@ -900,7 +982,7 @@ def test_sparring_submit_passes_the_service_account(monkeypatch):
     assert calls["service_account"] == RELEASE and calls["version_id"] == "v1"
 
 
-def test_multi_user_uploads_into_the_profile_and_jobs_have_no_sidecar(chart, register):
+def test_multi_user_uploads_into_the_profile_and_jobs_have_no_sidecar(chart, register, tmp_path):
     docs = render_named(chart, "multi-user")
     edit = by_kind(docs, "RoleBinding")[f"{RELEASE}-kfp-edit"]
     assert edit["metadata"]["namespace"] == "team-a"
@@ -925,8 +1007,8 @@ def test_multi_user_uploads_into_the_profile_and_jobs_have_no_sidecar(chart, reg
     assert mlflow["annotations"]["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "true"
     # the Job's script uploads into the namespace, never as a shared pipeline
     client = FakeKfp()
-    register.compile_pipeline = lambda cfg, pkg: None
     health = {**HEALTHY, "multi_user": True}
+    env = hook_env(docs, f"{RELEASE}-register-r1", tmp_path)
     assert register.main(env, client, healthz=health) == 0
     assert client.calls[:2] == ["list_pipelines team-a", "upload_pipeline team-a"]
 

@@ -1,22 +1,29 @@
 """Compile the Sparring pipeline from the chart's config and register it with the KFP API.
 
-Runs in the chart's post-install/post-upgrade Job (image: the Sparring CPU image):
+Runs in the chart's post-install/post-upgrade/post-rollback Job (image: the Sparring CPU
+image):
 
 0. Ask the KFP API which backend it is (`GET /apis/v2beta1/healthz`: `tag_name`, `multi_user`)
    and fail early, naming the fix, when it is older than `$KFP_MIN_VERSION` or its mode is not
    `$KFP_MULTI_USER`.
 1. `sparring compile --config $PIPELINE_CONFIG -o $PIPELINE_PACKAGE` turns the rendered config
    into pipeline IR (same command, same config as a user's laptop).
-2. Upload it as pipeline `$PIPELINE_NAME`, or as a new version `$PIPELINE_VERSION` of it
-   (multi-user KFP: a pipeline of the profile namespace `$KFP_NAMESPACE`, not a shared one).
+2. Upload it as a version of pipeline `$PIPELINE_NAME` named by its content,
+   `$PIPELINE_VERSION_PREFIX-<sha256 of the compiled pipeline, 12 hex>`, unless that version
+   exists (multi-user KFP: a pipeline of the profile namespace `$KFP_NAMESPACE`). A reinstall
+   never reuses a stale version, and a rollback finds the version it compiles again.
 3. If `$RECURRING_RUN_CRON` is set, point the recurring run `$RECURRING_RUN_NAME` (in
-   experiment `$RECURRING_RUN_EXPERIMENT`) at the new version, replacing the old one.
+   experiment `$RECURRING_RUN_EXPERIMENT`) at that version, replacing the old one; if only
+   `$RECURRING_RUN_NAME` is set (an upgrade turned it off), disable it.
 
-Every step is idempotent, so a retried Job converges to the same state.
+`register_pipeline.py disable` is the pre-delete hook: it disables the recurring run, so it
+stops firing after `helm uninstall` (its runs' history stays in KFP). Every step is idempotent,
+so a retried Job converges to the same state.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -79,6 +86,12 @@ def compile_pipeline(config: str, package: str) -> None:
     subprocess.run(["sparring", "compile", "--config", config, "-o", package], check=True)
 
 
+def version_name(prefix: str, package: str) -> str:
+    """`<prefix>-<sha256 of the compiled package, 12 hex>`: the same pipeline is the same
+    version, a changed one a new version."""
+    return f"{prefix}-{hashlib.sha256(Path(package).read_bytes()).hexdigest()[:12]}"
+
+
 def _find_version(client: Any, pipeline_id: str, name: str) -> str | None:
     """The id of the version called `name` of pipeline `pipeline_id`, or None."""
     flt = json.dumps(
@@ -108,17 +121,15 @@ def upload(
     description: str,
     namespace: str | None = None,
 ) -> tuple[str, str]:
-    """Step 2: create the pipeline (in `namespace` for multi-user KFP) or add `version` to it.
-    Returns (pipeline_id, version_id)."""
+    """Step 2: create the pipeline (in `namespace` for multi-user KFP) if needed, and add
+    `version` to it unless it has it. Returns (pipeline_id, version_id)."""
     pipeline_id = find_pipeline(client, name, namespace)
-    if pipeline_id is None:
+    if pipeline_id is None:  # its first version is named after the pipeline; ours follows
         pipeline = client.upload_pipeline(
             package, pipeline_name=name, description=description, namespace=namespace
         )
         pipeline_id = pipeline.pipeline_id
-        first = client.list_pipeline_versions(pipeline_id, page_size=1).pipeline_versions
         print(f"created pipeline {name!r} ({pipeline_id})")
-        return pipeline_id, first[0].pipeline_version_id
     version_id = _find_version(client, pipeline_id, version)
     if version_id is None:
         created = client.upload_pipeline_version(
@@ -145,12 +156,10 @@ def schedule(
     namespace: str | None,
 ) -> str:
     """Step 3: one recurring run called `job_name`, on the given version. Returns its id."""
+    for old in find_recurring(client, experiment, job_name, namespace):
+        client.delete_recurring_run(old)
+        print(f"replaced recurring run {job_name!r} ({old})")
     exp = client.create_experiment(experiment, namespace=namespace)  # returns it if it exists
-    existing = client.list_recurring_runs(experiment_id=exp.experiment_id, page_size=100)
-    for old in existing.recurring_runs or []:
-        if old.display_name == job_name:
-            client.delete_recurring_run(old.recurring_run_id)
-            print(f"replaced recurring run {job_name!r} ({old.recurring_run_id})")
     run = client.create_recurring_run(
         exp.experiment_id,
         job_name,
@@ -166,6 +175,26 @@ def schedule(
     return run.recurring_run_id
 
 
+def find_recurring(client: Any, experiment: str, job_name: str, namespace: str | None) -> list:
+    """The ids of the recurring runs called `job_name` in `experiment` (none if it is missing)."""
+    try:
+        exp = client.get_experiment(experiment_name=experiment, namespace=namespace)
+    except ValueError:  # kfp.Client: "No experiment is found with name ..."
+        return []
+    found = client.list_recurring_runs(experiment_id=exp.experiment_id, page_size=100)
+    return [r.recurring_run_id for r in found.recurring_runs or [] if r.display_name == job_name]
+
+
+def disable(client: Any, experiment: str, job_name: str, namespace: str | None) -> list:
+    """The pre-delete hook (and an upgrade that turns it off): disable the recurring run
+    `job_name`, so it stops firing. Returns the ids disabled."""
+    found = find_recurring(client, experiment, job_name, namespace)
+    for rid in found:
+        client.disable_recurring_run(rid)
+        print(f"disabled recurring run {job_name!r} ({rid})")
+    return found
+
+
 def make_client(env: Mapping[str, str]) -> Any:
     """A kfp.Client for $KFP_HOST, with the projected SA token when one is mounted."""
     import kfp
@@ -177,8 +206,16 @@ def make_client(env: Mapping[str, str]) -> Any:
     )
 
 
-def main(env: Mapping[str, str] = os.environ, client: Any = None, healthz=None) -> int:
+def main(
+    env: Mapping[str, str] = os.environ, client: Any = None, healthz=None, action: str = "register"
+) -> int:
+    """`register` (steps 0-3) or `disable` (the pre-delete hook)."""
     multi_user = env.get("KFP_MULTI_USER", "false") == "true"
+    if action == "disable":
+        client = client or make_client(env)
+        namespace = env.get("KFP_NAMESPACE") or None
+        disable(client, env["RECURRING_RUN_EXPERIMENT"], env["RECURRING_RUN_NAME"], namespace)
+        return 0
     health = healthz if healthz is not None else get_healthz(env["KFP_HOST"], read_token())
     version = check_backend(health, env.get("KFP_MIN_VERSION", "2.14.0"), multi_user)
     print(f"KFP {version}, {'multi-user' if multi_user else 'standalone'}")
@@ -189,7 +226,7 @@ def main(env: Mapping[str, str] = os.environ, client: Any = None, healthz=None) 
         client,
         package,
         env["PIPELINE_NAME"],
-        env["PIPELINE_VERSION"],
+        version_name(env["PIPELINE_VERSION_PREFIX"], package),
         env.get("DESCRIPTION", ""),
         namespace=env.get("KFP_NAMESPACE") if multi_user else None,
     )
@@ -206,8 +243,11 @@ def main(env: Mapping[str, str] = os.environ, client: Any = None, healthz=None) 
             service_account=env.get("RECURRING_RUN_SERVICE_ACCOUNT") or None,
             namespace=env.get("KFP_NAMESPACE") or None,
         )
+    elif env.get("RECURRING_RUN_NAME"):
+        namespace = env.get("KFP_NAMESPACE") or None
+        disable(client, env["RECURRING_RUN_EXPERIMENT"], env["RECURRING_RUN_NAME"], namespace)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(action=sys.argv[1] if len(sys.argv) > 1 else "register"))
