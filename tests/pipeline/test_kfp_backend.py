@@ -22,6 +22,7 @@ from sparring.tracking import ITERATION_TAG, connect
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 SIDE_EFFECTS = ("start", "rollout", "train", "evaluate", "register", "finish")
+CRASH = "sparring.registry:publish"  # register-1's first pod dies once its version exists
 
 
 def s3_config(s3_server) -> storage.StorageConfig:
@@ -49,15 +50,24 @@ def versions(client, name: str) -> list:
 def two_runs(tiny_run, s3_server, tmp_path_factory):
     """The tiny pipeline's kfp.local run (conftest), then two backend runs displayed as
     "nightly", keyed on their run ids (no `run_name`), registering one model: the first, of
-    the same config, retries each side-effect task once after it succeeded (iteration 0's
-    for the per-iteration ones); the second plays one iteration (to keep the suite short)."""
+    the same config with 2 retries per task, retries each side-effect task once after it
+    succeeded (iteration 0's for the per-iteration ones) and has register-1's first pod killed
+    right after it registered the checkpoint (Argo retries it); the second plays one iteration
+    (to keep the suite short)."""
     local_cfg, local = tiny_run
+    k8s = local_cfg.kubernetes.model_copy(update={"retries": 2})
     cfg = local_cfg.model_copy(
-        update={"run_name": None, "registered_model": f"kfp-{uuid.uuid4().hex[:6]}"}
+        update={
+            "run_name": None,
+            "registered_model": f"kfp-{uuid.uuid4().hex[:6]}",
+            "kubernetes": k8s,
+        }
     )
     tmp = tmp_path_factory.mktemp("kfp-backend")
     retry = {"start", "rollout-0", "train-0", "evaluate-0", "register-0", "finish"}
-    a = backend(cfg, s3_server, tmp / "a").run(str(uuid.uuid4()), "nightly", retry=retry)
+    a = backend(cfg, s3_server, tmp / "a").run(
+        str(uuid.uuid4()), "nightly", retry=retry, fail={"register-1": CRASH}
+    )
     one = cfg.model_copy(update={"iterations": 1})
     b = backend(one, s3_server, tmp / "b").run(str(uuid.uuid4()), "nightly")
     return cfg, local_cfg, local, a, b, retry
@@ -124,6 +134,33 @@ def test_every_side_effect_task_retried_once_duplicates_nothing(two_runs):
     assert sorted(v.tags["iteration"] for v in mine) == ["0", "1"]  # no duplicate version
     history = client.get_metric_history(parents[0].info.run_id, cfg.champion_metric)
     assert sorted(m.step for m in history) == [0, 1]  # no duplicate metric points
+
+
+def test_a_task_killed_mid_way_is_retried_and_loses_nothing(two_runs):
+    """register-1's first pod dies after registering (exit 137, nothing after it logged) at its
+    timeout on Argo's clock; its backoffMaxDuration, counted from that first start, leaves the
+    retry its whole timeout. The retry finds the version (no duplicate: the test above) and
+    logs what the first pod never did: the iteration's artifacts and datasets, its run closed."""
+    cfg, _, _, a, _, _ = two_runs
+    register = _by_name(a)["register-1"]
+    first, second = register.attempts
+    assert first.failed and not second.failed and register.returncode == 0
+    timeout = cfg.kubernetes.step_resources("register").timeout_seconds
+    assert first.finished - first.started == pytest.approx(timeout)
+    assert first.deadline == second.deadline == timeout
+    assert second.started == first.finished + 30  # the first backoff
+    client = connect(cfg.tracking)
+    job_id = _by_name(a)["start"].executor_input["inputs"]["parameterValues"]["job_id"]
+    parent = runs.find_parent(cfg, client, job_id)
+    experiment = client.get_experiment_by_name(cfg.tracking.experiment).experiment_id
+    (child,) = client.search_runs(
+        [experiment],
+        f"tags.mlflow.parentRunId = '{parent.info.run_id}' and tags.`{ITERATION_TAG}` = '1'",
+    )
+    assert child.info.status == "FINISHED"  # register's last act, after every log call
+    logged = {a.path for a in client.list_artifacts(child.info.run_id)}
+    assert "games.jsonl" in logged, logged
+    assert client.get_run(child.info.run_id).inputs.dataset_inputs  # samples, game-init
 
 
 def test_two_runs_with_the_same_display_name_do_not_collide(two_runs, s3_server):
