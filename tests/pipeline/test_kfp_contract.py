@@ -97,7 +97,10 @@ def test_a_step_without_accelerators_runs_on_the_cpu():
 # ---- static checks over the compiled IR -------------------------------------------------------
 def test_every_task_is_non_root_bounded_and_side_effect_tasks_never_cache(tmp_path):
     cfg = gpu_cfg(
-        iterations=2, kubernetes__caching=True, kubernetes__image_pull_secrets=["regcred"]
+        iterations=2,
+        kubernetes__caching=True,
+        kubernetes__image_pull_secrets=["regcred"],
+        kubernetes__kfp_version="2.17",  # the run deadline is a 2.17 field (test_kfp_protos)
     )
     spec, platform = yaml.safe_load_all(
         Path(compile_pipeline(cfg, str(tmp_path / "p.yaml"))).read_text()
