@@ -19,11 +19,22 @@ last steps run few rows at nearly the cost of many. A line fitted to step time a
 models the decode if every step ran the largest batch seen: a bound on what any scheduler
 could save, since a game's turns are sequential and its longest chain of replies runs at
 whatever batch is left (continuous batching, measured, saved 7% of the steps; docs/results.md).
-Ends with `RESULT engine_decode_ms_per_step <ms>`. With `--out DIR` it also writes
-DIR/engine_profile.jsonl, one JSON object per printed row, by `row`: "run" (the totals),
-"phase" (a timed method, `phase`, with the timed call it ran inside, `parent`: "" at the top
-level, "_prefill" for prefill's own), "decode_batch" (a bucket of decode steps by rows) and
-"decode_model" (the fitted line, where there is one).
+
+Then the decode roofline. Before the games the bench measures the device's memory bandwidth
+(`memory_bandwidth`: the best of a few copies of a 256 MiB fp32 tensor, bytes read + written
+over the time). A decode step must read every weight the step multiplies by (the LM head
+included, the input embedding table not, except where the LM head shares it) and the keys and
+values of every token each row attends to (its attention mask, padding excluded); that many
+bytes over the bandwidth is the step's floor. Summed over the steps, the floor over the
+measured decode time is the fraction of the roofline the engine reaches (1 = bound only by
+memory traffic; the rest is compute, padding, the static cache's unused room and overheads).
+
+Prints `RESULT engine_decode_ms_per_step <ms>`, `RESULT memory_bandwidth_gb_s <GB/s>` and
+last `RESULT decode_roofline_fraction <floor time / measured decode time>`. With `--out DIR`
+it also writes DIR/engine_profile.jsonl, one JSON object per printed row, by `row`: "run"
+(the totals), "phase" (a timed method, `phase`, with the timed call it ran inside, `parent`: ""
+at the top level, "_prefill" for prefill's own), "decode_batch" (a bucket of decode steps by
+rows), "decode_model" (the fitted line, where there is one) and "roofline".
 """
 
 from __future__ import annotations
@@ -106,6 +117,9 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--batch", type=int, default=64, help="rows per forward (max_batch_size)")
     ap.add_argument("--out", help="folder for engine_profile.jsonl, the rows as JSON")
+    ap.add_argument(
+        "--copy-mib", type=int, default=256, help="size of the bandwidth probe's tensor"
+    )
     args = ap.parse_args()
 
     model = (
@@ -114,10 +128,10 @@ def main() -> None:
         else str(init_tiny(tempfile.mkdtemp(), SMOLLM2_SHAPE))
     )
     backend = hf.HFBackend(model, device=args.device, max_batch_size=args.batch)
+    bandwidth = memory_bandwidth(backend.device, args.copy_mib * 2**20)
     timer = PhaseTimer(backend.device)
-    for name in PHASES:  # a top-level _forward is one decode step: record its rows
-        rows = (lambda self, **kw: kw["input_ids"].shape[0]) if name == "_forward" else None
-        timer.wrap(hf.HFBackend, name, size=rows)
+    for name in PHASES:  # a top-level _forward is one decode step: its rows and keys read
+        timer.wrap(hf.HFBackend, name, size=decode_size if name == "_forward" else None)
     timer.wrap(hf, "sample_tokens")
 
     params = {"k": 3, "max_turns": args.max_turns, "random_names": False, "max_retries": 1}
@@ -162,12 +176,76 @@ def main() -> None:
             | {"share": s / wall, "ms_per_call": 1000 * s / max(n, 1)}
         )
     _, decode_s, decode_n = timer.row("", "", "_forward")
-    records += decode_by_batch(timer.sizes)
+    records += decode_by_batch([(rows, s) for (rows, _), s in timer.sizes])
+    roofline = decode_roofline(backend, timer.sizes, bandwidth)
+    records.append(roofline)
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         lines = [json.dumps(r) + "\n" for r in records]
         (Path(args.out) / "engine_profile.jsonl").write_text("".join(lines))
     print(f"RESULT engine_decode_ms_per_step {1000 * decode_s / max(decode_n, 1):.2f}")
+    print(f"RESULT memory_bandwidth_gb_s {bandwidth / 1e9:.2f}")
+    print(f"RESULT decode_roofline_fraction {roofline['fraction']:.4f}")
+
+
+def decode_size(self, **kw) -> tuple[int, int]:
+    """(rows, keys attended) of one `_forward` call: its batch, and the ones of its attention
+    mask (each row's real cached tokens plus the new one; left padding and finished rows are
+    0). The call's size for `PhaseTimer.sizes`."""
+    return kw["input_ids"].shape[0], int(kw["attention_mask"].sum())
+
+
+def memory_bandwidth(device: torch.device, nbytes: int, repeats: int = 5) -> float:
+    """Bytes per second of the device's memory: the best of `repeats` copies of an `nbytes`
+    fp32 tensor into another, counting the bytes read and the bytes written."""
+    src = torch.ones(nbytes // 4, device=device)
+    dst = torch.empty_like(src)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    dst.copy_(src)  # first touch: page faults and allocation are not bandwidth
+    best = float("inf")
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        sync()
+        best = min(best, time.perf_counter() - t0)
+    return 2 * src.numel() * src.element_size() / best
+
+
+def weight_bytes(backend: hf.HFBackend) -> int:
+    """Bytes of the weights one decode step reads: every parameter but the input embedding
+    table, which a step reads one row of per sequence, unless the LM head is that table."""
+    model = backend.model
+    cfg = model.config.get_text_config()
+    embedding = model.get_input_embeddings().weight
+    tied = bool(getattr(cfg, "tie_word_embeddings", False))
+    params = backend.num_params - (0 if tied else embedding.numel())
+    return params * model.dtype.itemsize
+
+
+def decode_roofline(
+    backend: hf.HFBackend, steps: list[tuple[tuple[int, int], float]], bandwidth: float
+) -> dict:
+    """Print and return (a "roofline" engine_profile.jsonl row) the decode steps against
+    their floor: the bytes of weights and of the attended keys and values over `bandwidth`.
+    `steps`: ((rows, keys attended), seconds) per decode step."""
+    weights = weight_bytes(backend)
+    kv = sum(keys for (_, keys), _ in steps) * backend.token_bytes
+    moved = len(steps) * weights + kv
+    measured = sum(s for _, s in steps)
+    floor = moved / bandwidth
+    fraction = floor / measured if measured else 0.0
+    print(
+        f"memory bandwidth {bandwidth / 1e9:.2f} GB/s (copy); a decode step reads "
+        f"{weights / 1e6:.0f} MB of weights + {backend.token_bytes / 1e3:.1f} kB of keys and "
+        f"values per attended token; {len(steps)} steps read {moved / 1e9:.2f} GB "
+        f"({kv / max(moved, 1):.0%} keys and values): floor {floor:.2f} s against "
+        f"{measured:.2f} s measured, {fraction:.3f} of the roofline"
+    )
+    return {"row": "roofline", "bandwidth_gb_s": bandwidth / 1e9, "weight_bytes": weights} | {
+        "kv_bytes": kv, "steps": len(steps), "floor_s": floor, "measured_s": measured,
+        "fraction": fraction,
+    }  # fmt: skip
 
 
 def decode_by_batch(steps: list[tuple[int, float]]) -> list[dict]:

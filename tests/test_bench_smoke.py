@@ -166,11 +166,12 @@ def test_learning_bench_real_model(smollm2_dir, tmp_path):
 def test_engine_profile_rows_add_up_to_the_wall_time(tiny_model_dir, tmp_path):
     """Prefill's own forwards and caches are listed under it, not counted twice: the top-level
     phases are disjoint calls inside the play, so their sum is at most the wall time; every
-    decode step falls in one batch-size bucket."""
+    decode step falls in one batch-size bucket and in the roofline, whose fraction is last."""
     lines = bench_output(
         "engine_profile.py",
         *("--model", str(tiny_model_dir), "--games", "4", "--max-turns", "2"),
         *("--max-new-tokens", "8", "--device", "cpu", "--out", str(tmp_path)),
+        *("--copy-mib", "16"),
     )
     rows = jsonl(tmp_path / "engine_profile.jsonl")
     (run,) = [r for r in rows if r["row"] == "run"]
@@ -188,9 +189,20 @@ def test_engine_profile_rows_add_up_to_the_wall_time(tiny_model_dir, tmp_path):
     buckets = [r for r in rows if r["row"] == "decode_batch"]
     assert sum(r["steps"] for r in buckets) == decode["calls"]
     assert all(positive(r, "seconds", "steps", "ms_per_step") for r in buckets)
+    results = dict(line.split()[1:] for line in lines if line.startswith("RESULT "))
+    assert float(results["engine_decode_ms_per_step"]) == pytest.approx(
+        decode["ms_per_call"], abs=5e-3
+    )
+    (roofline,) = [r for r in rows if r["row"] == "roofline"]
+    assert roofline["steps"] == decode["calls"]
+    assert roofline["measured_s"] == pytest.approx(decode["seconds"])
+    assert positive(roofline, "bandwidth_gb_s", "weight_bytes", "kv_bytes", "floor_s", "fraction")
+    # the floor is the bytes read over the bandwidth: every step reads the weights once
+    moved = roofline["steps"] * roofline["weight_bytes"] + roofline["kv_bytes"]
+    assert roofline["floor_s"] == pytest.approx(moved / (roofline["bandwidth_gb_s"] * 1e9))
     name, value = lines[-1].split()[1:]
-    assert name == "engine_decode_ms_per_step"
-    assert float(value) == pytest.approx(decode["ms_per_call"], abs=5e-3)
+    assert name == "decode_roofline_fraction"
+    assert float(value) == pytest.approx(roofline["fraction"], abs=1e-4)
 
 
 @pytest.mark.parametrize(
