@@ -111,7 +111,7 @@ class GRPOConfig(OptimConfig):
     dynamic_sampling: bool = False
     # > 0 (with dynamic_sampling): the loop's rollout plays further train states, one round of
     # the iteration's states at a time, until this many groups carry signal or
-    # `max_topup_rounds` rounds are played (pure self-play, torch route, one rollout shard).
+    # `max_topup_rounds` rounds are played (torch route, one rollout shard, no opponent mix).
     min_groups: int = Field(0, ge=0)
     max_topup_rounds: int = Field(1, ge=1)
 

@@ -98,7 +98,7 @@ def self_play(
     top_up: TopUp | None = None,
 ) -> Step:
     """2. Play `states` (`rcfg.games_per_init` times each), then `top_up`'s further states
-    where dynamic sampling asks for them (pure self-play); write and summarise the games, all
+    where dynamic sampling asks for them (no opponent mix); write and summarise the games, all
     of them."""
     result = play(states, policies, rcfg, progress=progress, seat_plan=seat_plan)
     extra: dict[str, float] = {}

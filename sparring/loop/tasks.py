@@ -180,7 +180,7 @@ def rollout(
             backend=rcfg.backend,
         )
         top_up = None
-        if cfg.train.min_groups:  # dynamic sampling (the recipe allows it in pure self-play)
+        if cfg.train.min_groups:  # dynamic sampling (the recipe allows it without a mix)
             top_up = steps.TopUp(cfg.train, topup_states(cfg, train_inits, iteration, games))
         played = steps.self_play(
             states, policies, rcfg, out_dir, mix.plan if mix else None, top_up=top_up
