@@ -139,4 +139,5 @@ def test_in_process_loop_plays_the_same_games_as_the_kfp_pipeline(s3_env, tiny_r
     assert result.test["test/gain_se"] == pytest.approx(se)
     assert result.test["test/start"] == pytest.approx(sum(start.values()) / 3)
     # the checkpoint is stored where past-<k> opponents look for it with tracking off
-    assert it.registered.checkpoint_uri == f"{tmp_path / 'store'}/in-process/0/checkpoint"
+    assert it.registered.checkpoint_uri == f"{tmp_path / 'store'}/{result.run_name}/0/checkpoint"
+    assert result.run_name != cfg.run_name  # keyed on the run's id, not its display name
