@@ -6,6 +6,7 @@
         --set games_per_iteration=256 --set rollout.max_batch_size=256   # on one GPU
     .venv/bin/python bench/learning.py --set iterations=1 --set games_per_iteration=8 \\
         --set game_init.num_val=4 --set warm_start.num_states=8   # smoke size
+    .venv/bin/python bench/learning.py --control sft --seeds 0 1 2   # against the SFT control
 
 Each training seed runs `sparring.loop.runner.run_loop`, the loop `sparring run` runs, on the
 config with `--set` overrides and the training seed (`sparring.loop.replicates.seeded`: the
@@ -19,6 +20,16 @@ across seeds beside the evaluation's (`sparring run --seeds` prints the same tab
 `RESULT learning_gain <mean over seeds of the paired gain>`: each val game's champion metric
 at the last iteration minus at the start, paired game by game (learning.json keeps every
 game's).
+
+`--control sft` runs each seed a second time as the SFT control (`sparring.loop.control`):
+the same warm start, then in place of each GRPO iteration an SFT round on the teacher's
+games of that iteration's train states, with as many optimizer steps as the GRPO update took
+(`--control-budget wall`: as many as fit in the seconds its rollout and update took),
+evaluated on the same val and test states with the same draws. It prints both arms side by
+side per seed (test start, final and gain of each, GRPO minus the control paired over the
+test games), their mean and s.e. across seeds, and ends with
+`RESULT real_gain_over_sft_control <mean over seeds of GRPO's final test score minus the
+control's>` and `RESULT real_gain_over_sft_control_se_seeds <its s.e. across seeds>`.
 """
 
 from __future__ import annotations
@@ -32,9 +43,10 @@ import numpy as np
 
 from sparring.cli.options import load_config, parse_params
 from sparring.loop.config import DEFAULT_CONFIG, PipelineConfig
+from sparring.loop.control import compare, control_config, format_comparison
 from sparring.loop.replicates import Replicate, format_replicates, seeded, summarize
 from sparring.loop.runner import Iteration, run_loop
-from sparring.stats import paired_gain
+from sparring.stats import mean_se, paired_gain
 
 # What a row prints beside the champion metric (those present).
 SHOWN = ("rollout/normalized_reward", "train/pg_clipfrac", "train/ppo_kl", "train/no_signal")
@@ -55,7 +67,7 @@ def row(seed: int, it: Iteration, metric: str) -> dict:
     return row | {"val_scores": it.val_scores}  # a cut-off run's paired gain comes from these
 
 
-def plot(curves: dict[int, list[dict]], path: Path, title: str) -> None:
+def plot(curves: dict[int, list[dict]], controls: dict[int, list[dict]], path: Path, title: str):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -69,6 +81,9 @@ def plot(curves: dict[int, list[dict]], path: Path, title: str) -> None:
             "o-",
             label=f"seed {seed}",
         )
+    for seed, curve in controls.items():
+        x, y = [r["iteration"] for r in curve], [r["reward"] for r in curve]
+        ax.plot(x, y, "s--", alpha=0.7, label=f"seed {seed}, SFT control")
     ax.set_xlabel("iteration (the first point: the start, before any update)")
     ax.set_ylabel("val reward")
     ax.legend(fontsize=8)
@@ -87,34 +102,55 @@ def main() -> None:
                     help="override a config field (dotted path, YAML value); repeatable")  # fmt: skip
     ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds")
     ap.add_argument("--out", help="work folder (default: a temp folder)")
+    ap.add_argument("--control", choices=["sft"],
+                    help="also run each seed as the SFT control and compare on test")  # fmt: skip
+    ap.add_argument("--control-budget", choices=["steps", "wall"], default="steps",
+                    help="what the control matches per GRPO iteration")  # fmt: skip
     args = ap.parse_args()
 
     base = load_config(PipelineConfig, args.config, parse_params(tuple(args.set)))
+    if args.control and not base.game_init.num_test:
+        ap.error("--control compares the arms on test states: set game_init.num_test > 0")
     out = Path(args.out or tempfile.mkdtemp(prefix="sparring-learning-"))
-    metric, curves, gains, replicates = base.champion_metric, {}, {}, []
+    metric, curves, controls, gains, replicates = base.champion_metric, {}, {}, {}, []
+    versus: dict[int, dict[str, float]] = {}
     title = f"{base.name}: {metric}"
-    for seed in args.seeds:
+
+    def run(cfg: PipelineConfig, seed: int, curves: dict, work: Path):
+        """`run_loop` on `cfg`, printing each evaluation and keeping it in `curves[seed]`."""
         curve = curves.setdefault(seed, [])
 
-        def report(it: Iteration, seed: int = seed, curve: list = curve) -> None:
-            curve.append(row(seed, it, metric))
+        def report(it: Iteration) -> None:
+            curve.append(row(seed, it, metric) | ({"arm": "sft"} if cfg.sft_control else {}))
             print(json.dumps({k: v for k, v in curve[-1].items() if k != "val_scores"}), flush=True)
             (out / "learning.json").write_text(
-                json.dumps({"config": args.config, "curves": curves})
+                json.dumps({"config": args.config, "curves": curves, "controls": controls})
             )
 
+        return run_loop(cfg, work, on_iteration=report)
+
+    for seed in args.seeds:
         cfg = measured(base, seed, out)
-        result = run_loop(cfg, out / f"seed-{seed}", on_iteration=report)
+        result = run(cfg, seed, curves, out / f"seed-{seed}")
         gains[seed] = paired_gain(result.start.val_scores, result.iterations[-1].val_scores)
         print(f"seed {seed}: gain {gains[seed][0]:+.3f} ± {gains[seed][1]:.3f} (paired s.e.)")
         if result.test:
             replicates.append(Replicate(seed, cfg.run_name, result.test))
+        if args.control:
+            spent = [it.metrics for it in result.iterations]
+            control = control_config(cfg, spent, args.control_budget)
+            control = control.model_copy(update={"run_name": f"{cfg.run_name}-sft"})
+            run(control, seed, controls, out / f"seed-{seed}-sft")
+            versus[seed] = compare(out / f"seed-{seed}", out / f"seed-{seed}-sft")
     summary = {"gains": gains, "curves": curves, "config": args.config, "set": args.set}
     if replicates:
         summary["test"] = summarize(replicates)
         print(format_replicates(summary["test"], metric))
+    if versus:
+        summary |= {"controls": controls, "versus_sft_control": versus}
+        print(format_comparison(versus, metric))
     (out / "learning.json").write_text(json.dumps(summary))
-    plot(curves, out / "learning.png", title)
+    plot(curves, controls, out / "learning.png", title)
     values = [g for g, _ in gains.values()]
     spread = (
         f" ± {np.std(values, ddof=1):.3f} (s.d. over {len(values)} seeds)"
@@ -123,6 +159,10 @@ def main() -> None:
     )
     print(f"gain {np.mean(values):+.3f}{spread}; curve and plot in {out}")
     print(f"RESULT learning_gain {np.mean(values):.3f}")
+    if versus:
+        diff, se = mean_se([v["grpo_minus_sft"] for v in versus.values()])
+        print(f"RESULT real_gain_over_sft_control {diff:.4f}")
+        print(f"RESULT real_gain_over_sft_control_se_seeds {se:.4f}")
 
 
 if __name__ == "__main__":

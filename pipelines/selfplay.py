@@ -209,6 +209,8 @@ class _Graph:
 def build_pipeline(cfg: PipelineConfig):
     """The self-play pipeline function for `cfg` (compile it, run it locally or submit it):
     the iterations of `sparring.loop.runner.plan(cfg)`, unrolled, each stage one task."""
+    if cfg.sft_control:
+        raise ValueError("sft_control is a bench's control arm: run it in-process (run_loop)")
     p = run_params.values(cfg)
     compiled = run_params.compile_time(cfg)
 

@@ -39,6 +39,31 @@ class WarmStart(_Strict):
     train: SFTConfig = Field(default_factory=SFTConfig)  # SFT settings (`device` is the top's)
 
 
+class SFTControl(_Strict):
+    """The SFT control (`bench/learning.py --control sft`): each iteration spends its budget on
+    more SFT from the warm start's teacher instead of rollout and GRPO. The teacher
+    (`warm_start.agent`) plays each of the iteration's train states once (those its rollout
+    would play) and the model is fine-tuned on those games with `warm_start.train`, for
+    `steps[i]` optimizer steps in iteration i, or as many as fit in `seconds[i]` at the previous
+    SFT's seconds per step (the warm start's, then the previous round's). `run_loop` only."""
+
+    steps: list[int] | None = None  # optimizer steps per iteration (the GRPO arm's); 0 = none
+    seconds: list[float] | None = None  # or wall seconds per iteration (the GRPO arm's)
+
+    @model_validator(mode="after")
+    def _one_budget(self) -> SFTControl:
+        if (self.steps is None) == (self.seconds is None):
+            raise ValueError("sft_control: set either steps or seconds (one per iteration)")
+        if any(b < 0 for b in self.steps or self.seconds or []):
+            raise ValueError("sft_control: a budget can't be negative")
+        return self
+
+    @property
+    def budget(self) -> list[float]:
+        """The budget of each iteration, in steps or in seconds."""
+        return list(self.steps if self.steps is not None else self.seconds or [])
+
+
 class PipelineRollout(RolloutConfig):
     """The `rollout:` section: the library's RolloutConfig plus the fan-out."""
 
@@ -113,6 +138,8 @@ class Recipe(_Strict):
     (sparring.verl_backend) on `verl.n_gpus_per_node` GPUs; `rollout` and `train` are unused."""
     verl: VerlConfig = Field(default_factory=VerlConfig)
     """Settings of `train_backend: verl`."""
+    sft_control: SFTControl | None = None
+    """The SFT control instead of GRPO (a bench's control arm, in-process only); None = GRPO."""
     eval: EvalConfig = Field(default_factory=EvalConfig)
     """Evaluation: modes, val games, sampling."""
     registered_model: str | None = None
@@ -141,7 +168,7 @@ class Recipe(_Strict):
                     f"{name}.device is set; set the top-level `device` (used by every stage)"
                 )
         key = check_group_key(game, train.get("group_key", game.cls.default_group_key))
-        data["train"] = {**train, "group_key": key}
+        data["train"] = {**train, "group_key": key, **_rollout_correction(data, train)}
         if data["train"].get("optimizer_state") == "carry":  # one lr schedule for the run
             data["train"].setdefault(
                 "lr_schedule_updates", data.get("iterations", _default(cls, "iterations"))
@@ -178,7 +205,22 @@ class Recipe(_Strict):
             self._check_opponents()
         if self.train.min_groups:
             self._check_topup()
+        if self.sft_control:
+            self._check_sft_control()
         return self
+
+    def _check_sft_control(self) -> None:
+        """The SFT control needs the warm start's teacher, and one budget per iteration."""
+        if self.warm_start is None or self.train_backend != "torch":
+            raise ValueError(
+                "sft_control trains on the warm start's teacher in place of the torch GRPO "
+                "update: set warm_start and train_backend: torch, or sft_control: null"
+            )
+        if len(self.sft_control.budget) != self.iterations:
+            raise ValueError(
+                f"sft_control has {len(self.sft_control.budget)} budgets for {self.iterations} "
+                "iterations: give one per iteration"
+            )
 
     def _check_topup(self) -> None:
         """Where dynamic sampling's top-up (`train.min_groups` > 0) can play more games."""
@@ -301,6 +343,24 @@ def _as_dict(section: Any) -> dict[str, Any]:
     if isinstance(section, BaseModel):
         return section.model_dump(exclude_unset=True)
     return dict(section or {})
+
+
+def _rollout_correction(data: dict[str, Any], train: dict[str, Any]) -> dict[str, Any]:
+    """The train settings a quantized rollout needs: its int8 sampler is not the fp32 trainer,
+    so the truncated importance sampling (`rollout_is`, token level unless set) corrects the
+    update, and the trainer's own old log-probs (no `bypass_mode`) measure the gap
+    (`train/mismatch_kl`)."""
+    backend = _as_dict(_as_dict(data.get("rollout")).get("backend"))
+    quantize = backend.get("quantize", "none")
+    if quantize == "none":
+        return {}
+    if train.get("bypass_mode") or ("rollout_is" in train and train["rollout_is"] is None):
+        raise ValueError(
+            f"rollout.backend.quantize={quantize!r} samples from a policy apart from the fp32 "
+            "trainer's, so the update needs the rollout correction: set train.rollout_is "
+            "(token or sequence; token when unset) and bypass_mode: false, or quantize: none"
+        )
+    return {"rollout_is": train.get("rollout_is", "token")}
 
 
 def _ws_train(data: dict[str, Any]) -> dict[str, Any]:

@@ -59,6 +59,9 @@ def sft(
     model = load_model(model_path, device, cfg=cfg)
     actor_cfg = grpo.actor_config(0.2, None, cfg.loss_agg_mode)  # only its loss aggregation
     plan = schedule(len(batch), cfg)
+    if cfg.steps is not None:  # as many passes as the steps take, the last cut short
+        passes = -(-cfg.steps // len(plan)) * cfg.epochs
+        plan = schedule(len(batch), cfg.model_copy(update={"epochs": passes}))[: cfg.steps]
     metrics = optimize(model, batch, plan, cfg, device, sft_loss, "sft", actor_cfg)
     metrics["train/samples"] = float(len(df))
     return TrainStats(save_checkpoint(model, tokenizer, out_dir, metrics), metrics)

@@ -150,3 +150,6 @@ class SFTConfig(OptimConfig):
     """Hyperparameters of one SFT run (every samples row is trained, whoever played it)."""
 
     lr: float = Field(1e-4, gt=0)  # higher than GRPO's: a warm start moves a model far
+    # Exactly this many optimizer steps: shuffled passes over the data, as many as it takes,
+    # the last cut short (`epochs` is then unused). None = `epochs` passes.
+    steps: int | None = Field(None, ge=1)
