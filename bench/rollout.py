@@ -7,6 +7,9 @@
         --max-new-tokens 48 --temperature 0.7 --param random_names=false --param max_retries=1
     .venv/bin/python bench/rollout.py --backend openai --base-url http://127.0.0.1:30000 \\
         --model Qwen/Qwen2.5-1.5B-Instruct      # any backend of sparring.generation.factory
+    .venv/bin/python bench/rollout.py --model smollm2-135m-instruct --games 64 --k 3 \\
+        --max-new-tokens 48 --temperature 0.7 --param random_names=false --param max_retries=1 \\
+        --quantize int8 --vs-fp32 --no-baseline # the int8 engine against the fp32 one
 
 The baseline is what a user of dialop's env would write: for each game, for each turn, render
 the chat template, generate for that one seat, step. Prints games/s for both, tokens/s, and the
@@ -30,6 +33,12 @@ With `--out DIR` it also writes DIR/rollout.jsonl, one JSON object per measured 
 "batched", then "sequential" if it ran): its wall and CPU seconds, games, generate calls,
 generated tokens and rates; the batched row adds the hf backend's FLOP figures, the sequential
 row both speedups.
+
+`--quantize int8` plays with the hf engine's int8 linear layers (sparring.generation.int8_linear).
+`--vs-fp32` then plays the same batched rollout again on the fp32 engine in the same process and
+prints `RESULT rollout_speedup_vs_fp32 <fp32 wall / int8 wall>`, and scores the first
+`--mismatch-rows` samples of the int8 rollout with the fp32 trainer (`sparring.train`, at the
+sampling temperature): `RESULT rollout_mismatch_kl <k3 KL, the trainer's train/mismatch_kl>`.
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import pandas as pd
 import torch
 import yaml
 from sparring.configs import CONFIG_DIR
@@ -51,8 +61,11 @@ from sparring.generation.base import GenerationBackend, SamplingParams
 from sparring.generation.factory import BACKENDS, BackendConfig, make_backend
 from sparring.models import resolve_model
 from sparring.peak_flops import matmul_peak
-from sparring.rollout import RolloutConfig, play
+from sparring.rollout import RolloutConfig, RolloutResult, play
+from sparring.rollout_correction import mismatch_metrics
 from sparring.tiny_model import init_tiny
+from sparring.train import batched_log_probs, collate, load_model
+from sparring.train_config import GRPOConfig
 
 GPU_CONFIG = CONFIG_DIR / "pipeline-gpu.yaml"
 
@@ -79,6 +92,42 @@ def sequential(
 def processed_tokens(backend: GenerationBackend) -> int:
     """Tokens the model ran on: uncached prompt tokens plus generated ones (hf backend)."""
     return backend.prefilled_tokens + backend.generated_tokens
+
+
+def vs_fp32(
+    model: str, inits, cfg: RolloutConfig, quantized: RolloutResult, pad_id: int, rows: int
+) -> dict:
+    """The same batched rollout on the fp32 hf engine, and the fp32 trainer's log-probs of the
+    first `rows` samples of the `quantized` rollout against the engine's: the figures of
+    `--vs-fp32`."""
+    fp32 = make_backend(model, BackendConfig(), device="cpu", max_batch_size=cfg.max_batch_size)
+    result = play(inits, {LEARNER: fp32}, cfg, progress=False)
+    fp32.close()
+    speedup = result.seconds / quantized.seconds
+    print(
+        f"fp32:       {result.seconds:7.1f} s  {len(inits) / result.seconds:6.3f} games/s  "
+        f"{result.generated_tokens / result.seconds:7.1f} tokens/s  (int8 {speedup:.2f}x)"
+    )
+    df = pd.DataFrame(quantized.samples[:rows])
+    batch = collate(df, pad_id)
+    cpu = torch.device("cpu")
+    trainer = load_model(model, cpu, trainable=False)
+    old = batched_log_probs(trainer, batch, range(len(df)), GRPOConfig(micro_batch_size=4), cpu)
+    gap = mismatch_metrics(old, batch.rollout_log_prob, batch.response_mask)
+    tokens = int(batch.response_mask.sum())
+    print(
+        f"int8 sampler vs fp32 trainer over {len(df)} samples ({tokens} response tokens): "
+        f"mismatch_kl {gap['mismatch_kl']:.3g}, ratio outside [0.5, 2] "
+        f"{gap['mismatch_frac_out']:.4f}"
+    )
+    return {
+        "row": "fp32",
+        "seconds": result.seconds,
+        "generated_tokens": result.generated_tokens,
+        "speedup_vs_fp32": speedup,
+        "mismatch_rows": len(df),
+        "mismatch_tokens": tokens,
+    } | gap
 
 
 def gpu_defaults() -> dict:
@@ -119,7 +168,12 @@ def main() -> None:
         help="run the game-by-game loop too (default: on CPU yes, on a GPU no)",
     )
     ap.add_argument("--out", help="folder for rollout.jsonl, the rows as JSON (default: none)")
+    ap.add_argument("--quantize", choices=("none", "int8"), default="none", help="hf: linears")
+    ap.add_argument("--vs-fp32", action="store_true", help="also the fp32 engine (--quantize)")
+    ap.add_argument("--mismatch-rows", type=int, default=16, help="samples scored by --vs-fp32")
     args = ap.parse_args()
+    if args.vs_fp32 and args.quantize == "none":
+        ap.error("--vs-fp32 compares a --quantize engine with the fp32 one")
 
     gpu = torch.cuda.is_available()
     d = gpu_defaults() if gpu else {"k": 4, "games": 64, "max_new_tokens": 24}
@@ -131,7 +185,9 @@ def main() -> None:
     if args.backend == "hf":
         model = resolve_model(model)  # named real models (smollm2-135m-instruct) are fetched
     try:  # e.g. openai without --base-url
-        backend_cfg = BackendConfig(name=args.backend, base_url=args.base_url)
+        backend_cfg = BackendConfig(
+            name=args.backend, base_url=args.base_url, quantize=args.quantize
+        )
     except ValueError as e:
         ap.error(str(e).splitlines()[1].strip())
     batch = min(games, d.get("max_batch_size", games))
@@ -151,7 +207,8 @@ def main() -> None:
     sampling = SamplingParams(temperature=args.temperature, max_new_tokens=max_new_tokens, seed=0)
     print(
         f"{args.backend} on {'cuda' if gpu else 'cpu'}: {model}, {games} games, {game_params}, "
-        f"max_new_tokens={max_new_tokens}, temperature {args.temperature}"
+        f"max_new_tokens={max_new_tokens}, temperature {args.temperature}, "
+        f"linears {args.quantize}"
     )
 
     def reset() -> None:  # per-backend counters of generated tokens (and hf forward time)
@@ -223,6 +280,11 @@ def main() -> None:
         rows[-1] |= {"speedup": batched_gps / seq_gps, "cpu_speedup": seq_cpu / batched_cpu}
         print(f"RESULT rollout_speedup {batched_gps / seq_gps:.2f}")
     backend.close()
+    if args.vs_fp32:
+        pad_id = backend.pad_id
+        rows.append(vs_fp32(model, inits, cfg, result, pad_id, args.mismatch_rows))
+        print(f"RESULT rollout_speedup_vs_fp32 {rows[-1]['speedup_vs_fp32']:.2f}")
+        print(f"RESULT rollout_mismatch_kl {rows[-1]['mismatch_kl']:.3g}")
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         lines = [json.dumps(r) + "\n" for r in rows]

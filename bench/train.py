@@ -3,6 +3,8 @@
     .venv/bin/python bench/train.py                     # ~7M-param Qwen2, 8 x ~512 tokens, CPU
     .venv/bin/python bench/train.py --model smollm2-135m-instruct --threads 2 --repeats 1
     .venv/bin/python bench/train.py --model runs/tiny --batch 2 --seq-len 64 --repeats 1
+    .venv/bin/python bench/train.py --model smollm2-135m-instruct --batch 8 --mini-batch 2 \
+        --seq-len 256 --threads 2 --repeats 1              # and what bypass_mode saves
 
 Both sides run the same model over the same micro-batches in one process, interleaved, and the
 median of `--repeats` rounds is compared. Time is the process's CPU time on `--threads` torch
@@ -17,6 +19,12 @@ forward). The bare step is also timed with the rollout engine's attention (`sdpa
 sparring/generation/attention.py: key/value heads shared, not copied) on a second copy of the
 weights, to show whether the trainer would gain from it. The last line is
 `RESULT grpo_step_ratio <GRPO time / bare time>` with KL off.
+
+With `--mini-batch` below `--batch` the update takes several optimizer steps, and the old
+log-probs of the rows outside the first mini-batch come from a separate no-grad pass; the step
+is then also timed in `bypass_mode`, which takes the rollout engine's log-probs instead (here
+the start weights' own, as an exact engine's would be), and
+`RESULT bypass_saving <share of the GRPO step's time bypass_mode saves>` comes before the last.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from transformers import AutoModelForCausalLM
 from sparring.generation import attention
 from sparring.models import resolve_model
 from sparring.tiny_model import TinyModelConfig, init_tiny
-from sparring.train import advantages_for, collate, grpo_update, load_model
+from sparring.train import advantages_for, batched_log_probs, collate, grpo_update, load_model
 from sparring.train_config import GRPOConfig
 
 CPU_MODEL = TinyModelConfig(
@@ -88,6 +96,7 @@ def main() -> None:
         help="Model ref: a checkpoint or a named model (default: build the CPU bench model).",
     )
     ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--mini-batch", type=int, help="rows per optimizer step (default: --batch)")
     ap.add_argument("--micro-batch", type=int, default=4)
     ap.add_argument("--seq-len", type=int, default=512)
     ap.add_argument("--repeats", type=int, default=3)
@@ -108,8 +117,8 @@ def main() -> None:
     cfg = GRPOConfig(
         group_key="game",
         lr=1e-6,
-        mini_batch_size=args.batch,
-        micro_batch_size=min(args.micro_batch, args.batch),
+        mini_batch_size=args.mini_batch or args.batch,
+        micro_batch_size=min(args.micro_batch, args.mini_batch or args.batch),
     )
     kl_cfg = cfg.model_copy(update={"kl_coef": 0.05})
     advantages, _ = advantages_for(df, batch, cfg)
@@ -126,6 +135,12 @@ def main() -> None:
             model, batch, advantages, kl_cfg, device, ref
         ),
     }
+    if cfg.mini_batch_size < len(batch):  # the engine's log-probs: an exact engine's
+        batch.rollout_log_prob = batched_log_probs(model, batch, range(len(batch)), cfg, device)
+        bypass_cfg = cfg.model_copy(update={"bypass_mode": True})
+        steps["grpo, KL off, bypass_mode"] = lambda: grpo_update(
+            model, batch, advantages, bypass_cfg, device
+        )
     for fn in steps.values():  # warm-up
         fn()
     times = {name: [] for name in steps}
@@ -138,8 +153,8 @@ def main() -> None:
     print(
         f"model {params / 1e6:.1f}M params on {device}, {args.threads} thread(s); batch "
         f"{args.batch} x <= {args.seq_len} tokens ({tokens} tokens, "
-        f"{int(batch.response_mask.sum())} trained), micro-batch {cfg.micro_batch_size}, "
-        f"median of {args.repeats}"
+        f"{int(batch.response_mask.sum())} trained), mini-batch {cfg.mini_batch_size}, "
+        f"micro-batch {cfg.micro_batch_size}, median of {args.repeats}"
     )
     bare = "bare fwd+bwd"
     for name in steps:
@@ -147,6 +162,9 @@ def main() -> None:
             f"  {name:<34} cpu {cpu[name]:7.3f} s  ratio {cpu[name] / cpu[bare]:.3f}   "
             f"wall {wall[name]:7.3f} s  ratio {wall[name] / wall[bare]:.3f}"
         )
+    if "grpo, KL off, bypass_mode" in steps:
+        saved = 1 - cpu["grpo, KL off, bypass_mode"] / cpu["grpo, KL off"]
+        print(f"RESULT bypass_saving {saved:.3f}")
     print(f"RESULT grpo_step_ratio {cpu['grpo, KL off'] / cpu[bare]:.3f}")
 
 

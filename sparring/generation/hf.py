@@ -21,7 +21,9 @@ A call runs in two phases:
 On CPU the model attends with `attention.sdpa_gqa`: grouped-query attention that shares the
 key/value heads instead of copying them per query head (transformers copies them whenever a
 mask is passed, and these batches always have one). Its linear layers multiply by weights
-packed once for oneDNN (`packed_linear`), not re-packed by every GEMM call.
+packed once for oneDNN (`packed_linear`), not re-packed by every GEMM call; with
+`quantize="int8"` they run in dynamic int8 instead (`int8_linear`: a quarter of the weight
+bytes, fp32 below `int8_min_rows` rows), a policy slightly apart from the fp32 trainer's.
 
 Prefill is compute-bound and gains nothing from huge batches; decoding is where batching
 pays. Sampling applies transformers' temperature / top-p logits warpers, then draws by
@@ -41,7 +43,7 @@ from transformers.cache_utils import Cache
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
 from sparring.device import pick_device
-from sparring.generation import attention, packed_linear
+from sparring.generation import attention, int8_linear, packed_linear
 from sparring.generation.base import Completion, GenerationBackend, SamplingParams, row_seeds
 from sparring.generation.stops import trim_reply, turn_stop_ids, until_stop
 
@@ -61,6 +63,8 @@ class HFBackend(GenerationBackend):
         max_cached_bytes: int = 8 * 2**30,
         prefill_tokens: int | None = None,
         min_shared_prefix: int = 32,
+        quantize: str = "none",
+        int8_min_rows: int = 1,
     ) -> None:
         self.device = pick_device(device)
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -72,7 +76,11 @@ class HFBackend(GenerationBackend):
         )
         self.model.to(self.device).eval()
         self.num_params = sum(p.numel() for p in self.model.parameters())
-        if self.device.type == "cpu":  # weights packed once, not per call (packed_linear)
+        if quantize == "int8":
+            if self.device.type != "cpu":
+                raise ValueError("quantize: int8 is for the CPU engine (fbgemm); on a GPU use bf16")
+            int8_linear.quantize_linears(self.model, int8_min_rows)
+        elif self.device.type == "cpu":  # weights packed once, not per call (packed_linear)
             packed_linear.pack_linears(self.model)
         self.max_batch_size = max_batch_size
         self.token_bytes = _kv_bytes_per_token(self.model)

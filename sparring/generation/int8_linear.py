@@ -1,0 +1,73 @@
+"""Linear layers in int8 for CPU generation: PyTorch's dynamic quantization (fbgemm).
+
+A CPU decode step is bound by reading the weights (538 MB of fp32 for SmolLM2-135M, the LM
+head a fifth of them). `torch.ao.nn.quantized.dynamic.Linear` stores each weight as int8 with
+one scale per output channel and quantizes the activations per call, so a step reads a quarter
+of the bytes and multiplies in int8 (fbgemm). On the 2-core AVX2 machine SmolLM2's linear
+layers, LM head included, ran 1.6-2.3x faster in int8 than the packed fp32 ones
+(`packed_linear`) at 1 to 64 rows and 1.5x at 1,024-4,096 rows (docs/results.md).
+
+`Int8Linear` falls back to the fp32 layer for inputs of fewer than `min_rows` rows, where a
+machine's int8 kernel is slower (an idle-machine probe found one row slower in int8; the
+measurement above did not, hence the default 1: never). The fallback keeps a packed fp32 copy
+of the weight beside the int8 one.
+
+The quantized model samples from a slightly different policy than the fp32 trainer scores:
+the rollout correction covers that (docs/training.md, "Quantized rollout"). Generation only:
+no gradients, weights fixed.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import nn
+from torch.ao.nn.quantized import dynamic
+from torch.ao.quantization import per_channel_dynamic_qconfig
+
+from sparring.generation import packed_linear
+
+
+class Int8Linear(nn.Module):
+    """`nn.Linear` in dynamic int8, or in fp32 for inputs of fewer than `min_rows` rows."""
+
+    def __init__(self, linear: nn.Linear, min_rows: int = 1) -> None:
+        super().__init__()
+        linear.qconfig = per_channel_dynamic_qconfig  # int8 weights, one scale per channel
+        with warnings.catch_warnings():  # torch 2.13 deprecates qint8 tensors for torchao,
+            # whose CPU int8 linear measured 3-17x slower than this one (docs/results.md)
+            warnings.filterwarnings("ignore", "torch.quantize_per_tensor", UserWarning)
+            self.int8 = dynamic.Linear.from_float(linear)
+        del linear.qconfig
+        self.min_rows = min_rows
+        self.fp32 = None
+        if min_rows > 1:
+            use_packed = packed_linear.available()
+            self.fp32 = packed_linear.PackedLinear(linear) if use_packed else linear
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // x.shape[-1]
+        if self.fp32 is not None and rows < self.min_rows:
+            return self.fp32(x)
+        return self.int8(x)
+
+
+def quantize_linears(model: nn.Module, min_rows: int = 1) -> int:
+    """Replace every fp32 `nn.Linear` of a CPU `model` (the LM head included, even when it
+    shares the embedding's weight: the embedding keeps its fp32 copy) by an `Int8Linear`, in
+    place; returns how many."""
+    if "fbgemm" not in torch.backends.quantized.supported_engines:
+        raise RuntimeError("int8 rollout needs PyTorch's fbgemm quantized engine (x86 CPUs)")
+    torch.backends.quantized.engine = "fbgemm"
+    swaps = [
+        (parent, name, child)
+        for parent in model.modules()
+        for name, child in parent.named_children()
+        if type(child) is nn.Linear
+        and child.weight.device.type == "cpu"
+        and child.weight.dtype == torch.float32
+    ]
+    for parent, name, child in swaps:
+        setattr(parent, name, Int8Linear(child, min_rows))
+    return len(swaps)
