@@ -95,24 +95,34 @@ def processed_tokens(backend: GenerationBackend) -> int:
 
 
 def vs_fp32(
-    model: str, inits, cfg: RolloutConfig, quantized: RolloutResult, pad_id: int, rows: int
+    model: str,
+    inits,
+    cfg: RolloutConfig,
+    quantized: RolloutResult,
+    quantized_cpu: float,
+    pad_id: int,
+    rows: int,
 ) -> dict:
     """The same batched rollout on the fp32 hf engine, and the fp32 trainer's log-probs of the
-    first `rows` samples of the `quantized` rollout against the engine's: the figures of
-    `--vs-fp32`."""
+    first `rows` samples of the `quantized` rollout (which took `quantized_cpu` CPU seconds)
+    against the engine's: the figures of `--vs-fp32`."""
     fp32 = make_backend(model, BackendConfig(), device="cpu", max_batch_size=cfg.max_batch_size)
+    c0 = time.process_time()
     result = play(inits, {LEARNER: fp32}, cfg, progress=False)
+    cpu = time.process_time() - c0
     fp32.close()
     speedup = result.seconds / quantized.seconds
     print(
         f"fp32:       {result.seconds:7.1f} s  {len(inits) / result.seconds:6.3f} games/s  "
-        f"{result.generated_tokens / result.seconds:7.1f} tokens/s  (int8 {speedup:.2f}x)"
+        f"{result.generated_tokens / result.seconds:7.1f} tokens/s  (int8 {speedup:.2f}x; by "
+        f"CPU time {cpu / quantized_cpu:.2f}x, {cpu:.1f} s against {quantized_cpu:.1f} s)"
     )
     df = pd.DataFrame(quantized.samples[:rows])
     batch = collate(df, pad_id)
-    cpu = torch.device("cpu")
-    trainer = load_model(model, cpu, trainable=False)
-    old = batched_log_probs(trainer, batch, range(len(df)), GRPOConfig(micro_batch_size=4), cpu)
+    trainer = load_model(model, torch.device("cpu"), trainable=False)
+    old = batched_log_probs(
+        trainer, batch, range(len(df)), GRPOConfig(micro_batch_size=4), torch.device("cpu")
+    )
     gap = mismatch_metrics(old, batch.rollout_log_prob, batch.response_mask)
     tokens = int(batch.response_mask.sum())
     print(
@@ -124,7 +134,9 @@ def vs_fp32(
         "row": "fp32",
         "seconds": result.seconds,
         "generated_tokens": result.generated_tokens,
+        "cpu_seconds": cpu,
         "speedup_vs_fp32": speedup,
+        "cpu_speedup_vs_fp32": cpu / quantized_cpu,
         "mismatch_rows": len(df),
         "mismatch_tokens": tokens,
     } | gap
@@ -282,7 +294,7 @@ def main() -> None:
     backend.close()
     if args.vs_fp32:
         pad_id = backend.pad_id
-        rows.append(vs_fp32(model, inits, cfg, result, pad_id, args.mismatch_rows))
+        rows.append(vs_fp32(model, inits, cfg, result, batched_cpu, pad_id, args.mismatch_rows))
         print(f"RESULT rollout_speedup_vs_fp32 {rows[-1]['speedup_vs_fp32']:.2f}")
         print(f"RESULT rollout_mismatch_kl {rows[-1]['mismatch_kl']:.3g}")
     if args.out:
