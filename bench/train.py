@@ -3,7 +3,7 @@
     .venv/bin/python bench/train.py                     # ~7M-param Qwen2, 8 x ~512 tokens, CPU
     .venv/bin/python bench/train.py --model smollm2-135m-instruct --threads 2 --repeats 1
     .venv/bin/python bench/train.py --model runs/tiny --batch 2 --seq-len 64 --repeats 1
-    .venv/bin/python bench/train.py --model smollm2-135m-instruct --batch 8 --mini-batch 2 \
+    .venv/bin/python bench/train.py --model smollm2-135m-instruct --batch 8 --mini-batch 2 \\
         --seq-len 256 --threads 2 --repeats 1              # and what bypass_mode saves
 
 Both sides run the same model over the same micro-batches in one process, interleaved, and the
