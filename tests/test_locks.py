@@ -16,7 +16,6 @@ import importlib.util
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tomllib
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from package_index import index_reachable
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -160,16 +160,8 @@ def test_only_the_diplomacy_locks_hold_the_agpl_engine(base):
 # ---- re-resolution against the package index -------------------------------------------------
 
 
-def _index_reachable() -> bool:
-    try:
-        socket.create_connection(("pypi.org", 443), timeout=5).close()
-    except OSError:
-        return False
-    return True
-
-
 needs_index = pytest.mark.skipif(
-    not os.environ.get("CI") and not _index_reachable(),
+    not os.environ.get("CI") and not index_reachable(),
     reason="re-resolving needs PyPI (never skipped in CI)",
 )
 
@@ -312,7 +304,7 @@ def test_the_locked_kfp_compiles_the_shipped_configs(versions, tmp_path):
     locked = dict(zip(KFP_SDK, versions, strict=True))
     venv = {p: venv_version(p) for p in KFP_SDK}
     target = tmp_path / "site"
-    if _index_reachable():
+    if index_reachable():
         target.mkdir()
         pip_install_from_lock(KFP_SDK, lock, target)
         if needs := unmet_direct_needs(target):

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +25,7 @@ from pathlib import Path
 import kfp
 import pytest
 import yaml
+from package_index import index_reachable
 from sparring.pipelines.selfplay import compile_pipeline
 
 from sparring.loop.config import CONFIG_DIR, PipelineConfig
@@ -69,19 +69,11 @@ print(json.dumps(report))
 """
 
 
-def _index_reachable() -> bool:
-    try:
-        socket.create_connection(("pypi.org", 443), timeout=5).close()
-    except OSError:
-        return False
-    return True
-
-
 @pytest.fixture(scope="module")
 def protos(tmp_path_factory) -> dict[str, Path]:
     """{release: the folder holding its kfp/pipeline_spec and kfp/kubernetes}."""
     venv = Path(kfp.__file__).parents[1]  # the locked 2.17 SDK
-    if not _index_reachable():
+    if not index_reachable():
         if os.environ.get("CI"):
             pytest.fail("installing the KFP 2.16 protos needs the package index (PyPI)")
         pytest.skip(f"installing {PROTOS_2_16} needs PyPI, which is unreachable")
