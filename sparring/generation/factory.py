@@ -27,8 +27,9 @@ class BackendConfig(BaseModel):
     """hf = transformers (CPU or GPU), sglang = offline SGLang Engine, openai = remote server."""
     quantize: Literal["none", "int8"] = "none"
     """hf on CPU: int8 = the linear layers (LM head included) in dynamic int8 for generation
-    (sparring.generation.int8_linear), ~2x faster; training stays fp32, so a recipe then turns
-    on the rollout correction (train.rollout_is)."""
+    (sparring.generation.int8_linear), 1.2x faster on SmolLM2's rollout but a policy apart
+    from fp32's (docs/training.md); training stays fp32, so a recipe then turns on the rollout
+    correction (train.rollout_is)."""
     int8_min_rows: int = Field(1, ge=1)
     """hf with quantize: int8: inputs of fewer rows run the fp32 layer (1 = never; measured
     faster in int8 from one row on the 2-core AVX2 machine)."""

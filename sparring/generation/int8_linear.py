@@ -5,7 +5,8 @@ head a fifth of them). `torch.ao.nn.quantized.dynamic.Linear` stores each weight
 one scale per output channel and quantizes the activations per call, so a step reads a quarter
 of the bytes and multiplies in int8 (fbgemm). On the 2-core AVX2 machine SmolLM2's linear
 layers, LM head included, ran 1.6-2.3x faster in int8 than the packed fp32 ones
-(`packed_linear`) at 1 to 64 rows and 1.5x at 1,024-4,096 rows (docs/results.md).
+(`packed_linear`) at 1 to 64 rows and 1.2-1.6x at 256-4,096 rows (docs/results.md); the whole
+engine gains less, its attention, norms and sampling staying fp32.
 
 `Int8Linear` falls back to the fp32 layer for inputs of fewer than `min_rows` rows, where a
 machine's int8 kernel is slower (an idle-machine probe found one row slower in int8; the
