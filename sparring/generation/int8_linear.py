@@ -61,14 +61,4 @@ def quantize_linears(model: nn.Module, min_rows: int = 1) -> int:
     if "fbgemm" not in torch.backends.quantized.supported_engines:
         raise RuntimeError("int8 rollout needs PyTorch's fbgemm quantized engine (x86 CPUs)")
     torch.backends.quantized.engine = "fbgemm"
-    swaps = [
-        (parent, name, child)
-        for parent in model.modules()
-        for name, child in parent.named_children()
-        if type(child) is nn.Linear
-        and child.weight.device.type == "cpu"
-        and child.weight.dtype == torch.float32
-    ]
-    for parent, name, child in swaps:
-        setattr(parent, name, Int8Linear(child, min_rows))
-    return len(swaps)
+    return packed_linear.replace_linears(model, lambda linear: Int8Linear(linear, min_rows))

@@ -14,6 +14,8 @@ changed in place.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -42,6 +44,12 @@ def pack_linears(model: nn.Module) -> int:
     how many. Does nothing (returns 0) where oneDNN is unavailable."""
     if not available():
         return 0
+    return replace_linears(model, PackedLinear)
+
+
+def replace_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module]) -> int:
+    """Replace every fp32 `nn.Linear` of a CPU `model` by `make(linear)`, in place; returns
+    how many."""
     swaps = [
         (parent, name, child)
         for parent in model.modules()
@@ -51,5 +59,5 @@ def pack_linears(model: nn.Module) -> int:
         and child.weight.dtype == torch.float32
     ]
     for parent, name, child in swaps:
-        setattr(parent, name, PackedLinear(child))
+        setattr(parent, name, make(child))
     return len(swaps)
