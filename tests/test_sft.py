@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from sparring import grpo
 from sparring.sft import sft, sft_loss
 from sparring.train import collate, load_model, token_log_probs
-from sparring.train_config import GRPOConfig
+from sparring.train_config import SFTConfig
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ def test_sft_loss_ignores_tokens_outside_the_assistant_mask(tokenizer):
 def test_sft_learns_the_replies_and_saves_a_checkpoint(tiny_model_dir, tokenizer, tmp_path):
     df = make_samples(tokenizer, [0.0] * 4).assign(policy="matching-scripted")
     df.to_parquet(tmp_path / "scripted.parquet")
-    cfg = GRPOConfig(lr=3e-3, epochs=3, mini_batch_size=4, micro_batch_size=2)
+    cfg = SFTConfig(lr=3e-3, epochs=3, mini_batch_size=4, micro_batch_size=2)
     stats = sft(tiny_model_dir, [tmp_path / "scripted.parquet"], tmp_path / "sft", cfg)
     batch = collate(df, tokenizer.pad_token_id)
 

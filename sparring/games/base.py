@@ -23,7 +23,7 @@ Rules for implementers (docs/adding-a-game.md walks through one):
   with a user message whenever `seat` is to move. Assistant messages are that seat's raw texts.
 - `current_seat` may list several seats at once for simultaneous-move games (`pending_seats`).
 - Generic code learns everything game-specific through the class attributes and hooks below:
-  `agents` (scripted agents by name), `default_opponent`, `extra_group_keys`,
+  `agents` (scripted agents by name), `default_opponent`, `extra_group_keys`, `image_flavour`,
   `group_keys(seat)`, `turn_budget(params)`, `episode_metrics(plays)`, `role_breakdown`,
   `eval_lineups(mode, opponent)`, `baselines()`, `policy_metrics` and `write_report`. It
   never reads a key of `outcome()` or of the rule parameters (tests/games/test_seam.py).
@@ -148,6 +148,9 @@ class Game(ABC):
     """The GRPO group a recipe uses unless it sets `train.group_key`: `init` where the seats
     of a state share a reward, `init_seat` where they differ (zero-sum games, Diplomacy), so
     that each seat's baseline is its own."""
+    image_flavour: ClassVar[str | None] = None
+    """If set, the game's engine is only in the `-<flavour>` runtime images (a licence apart),
+    where a pipeline config that names no image runs."""
     role_breakdown: ClassVar[str | None] = None
     """If set, rollout also logs the learner's metrics per role, as
     `rollout/<role_breakdown>/<role>/<metric>`."""

@@ -31,8 +31,6 @@ from sparring.storage import StorageConfig
 IMAGE_REPOSITORY = "ghcr.io/sparring/sparring"
 IMAGE = f"{IMAGE_REPOSITORY}:{__version__}-cpu"
 GPU_IMAGE = f"{IMAGE_REPOSITORY}:{__version__}-gpu"
-# Games whose engine only the `-<game>` image flavours hold (Diplomacy's is AGPL-3.0).
-FLAVOURED_GAMES = ("diplomacy",)
 
 DEFAULT_CONFIG = CONFIG_DIR / "pipeline.yaml"
 
@@ -227,15 +225,13 @@ class PipelineConfig(Deployment, Recipe):
 
     @model_validator(mode="after")
     def _game_images(self) -> PipelineConfig:
-        """A game in FLAVOURED_GAMES runs on its `-<game>` images, unless the config names
-        images itself."""
-        k8s = self.kubernetes
-        if self.game.name in FLAVOURED_GAMES:
+        """A game with an `image_flavour` runs on its `-<flavour>` images, unless the config
+        names images itself."""
+        k8s, flavour = self.kubernetes, self.game.cls.image_flavour
+        if flavour:
             default = {"image": IMAGE, "gpu_image": GPU_IMAGE}
             update = {
-                f: f"{default[f]}-{self.game.name}"
-                for f in default
-                if f not in k8s.model_fields_set
+                f: f"{default[f]}-{flavour}" for f in default if f not in k8s.model_fields_set
             }
             self.kubernetes = k8s.model_copy(update=update)
         return self

@@ -63,7 +63,9 @@ def test_sigterm_stops_the_services_and_kills_the_parent_run(tmp_path: Path):
     while _listening(port) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _listening(port)
-    assert "partial artifacts in s3://sparring/stopped/stopped-run" in out
+    # stored under the run's id, not its display name (run identity)
+    stored = re.search(r"partial artifacts in s3://sparring/stopped/([\w-]+-[0-9a-f]{32})\b", out)
+    assert stored and "s3://sparring/stopped/stopped-run" not in out
     cfg = PipelineConfig.model_validate(config)
-    parent = runs.find_parent(cfg, connect(cfg.tracking), "stopped-run", tag=runs.RUN_TAG)
+    parent = runs.find_parent(cfg, connect(cfg.tracking), stored.group(1), tag=runs.RUN_TAG)
     assert parent.info.status == "KILLED"

@@ -16,7 +16,7 @@ Rules of the adapter (docs/games.md has the full text):
 - Each movement phase: `press_rounds` **press** rounds (every power writes `[to GERMANY]
   text` / `[to ALL] text` lines; messages are delivered at the end of each round, so a power
   can answer before orders are due), then **orders** (simultaneous).
-- `history: full` keeps every phase in each power's chat; `history: summary` starts it afresh
+- `recap: off` keeps every phase in each power's chat; `recap: years` starts it afresh
   at each movement phase (rules, a recap of earlier years and press, the board), bounded.
 - Orders are read forgivingly (`orders.parse_orders`: JSON lists, full names, arrows, commas,
   markdown, comments). A candidate naming one of the power's units that is not legal is
@@ -115,12 +115,12 @@ class DiplomacyConfig(BaseModel):
     """Press lines kept per power per round."""
     press_max_chars: int = Field(160, ge=1)
     """Each press message is cut to this many characters."""
-    history: Literal["full", "summary"] = "full"
-    """full: each power's chat keeps every phase, so it grows with the horizon; summary: each
+    recap: Literal["off", "years"] = "off"
+    """off: each power's chat keeps every phase, so it grows with the horizon; years: each
     movement phase starts a fresh chat (the rules, a recap of the earlier years and press, the
     board), so the prompt stays bounded over long horizons."""
     press_history: int = Field(10, ge=0)
-    """With `history: summary`, the last messages a power sent or received that its recap
+    """With `recap: years`, the last messages a power sent or received that its recap
     keeps."""
     observation: Literal["compact", "full"] = "compact"
     """compact: per unit, its moves, supports and convoys grouped; full: every legal order."""
@@ -177,6 +177,7 @@ class DiplomacyGame(Game):
     group_key_synonyms = {"init_country": "init_seat"}  # a seat is a country
     default_group_key = "init_seat"  # the seven powers' rewards differ
     role_breakdown = "country"
+    image_flavour = "diplomacy"  # the engine is AGPL-3.0: only the -diplomacy images hold it
 
     def __init__(self, **params: Any) -> None:
         self.cfg = DiplomacyConfig(**params)
@@ -377,7 +378,7 @@ class DiplomacyGame(Game):
             return
         ask = self._press_prompt() if self.cfg.press else self._orders_prompt()
         for seat in range(7):
-            if self.cfg.history == "summary":  # a fresh chat: the rules, then the observation
+            if self.cfg.recap == "years":  # a fresh chat: the rules, then the observation
                 self._chat[seat] = self._chat[seat][:1]
             self._tell(seat, self.observation(seat) + "\n" + ask)
 
@@ -402,13 +403,13 @@ class DiplomacyGame(Game):
     def observation(self, seat: int) -> str:
         """The text view of `seat` at the start of a movement phase: the board (the same for
         every power, so the seven prompts share it as a prefix), then the power's own part.
-        With `history: summary` the earlier years' center counts come first (shared too) and
+        With `recap: years` the earlier years' center counts come first (shared too) and
         the power's recent press before its own part."""
         year, power = int(self.engine.get_current_phase()[1:5]), self._role(seat)
         board = board_view(self.engine, year - self.state["year"] + 1, self.cfg.horizon)
         own = power_view(self.engine, power, self._possible_orders(), self.cfg.observation)
         years, press = [], []
-        if self.cfg.history == "summary":
+        if self.cfg.recap == "years":
             years = center_history(self.engine, self.state["year"])
             press = press_digest(self.engine, power, self.cfg.press_history)
         return "\n".join([*years, board, *self._take_feedback(seat), *press, own])

@@ -1,5 +1,5 @@
 """What a Diplomacy power sees: the board (the same text for all seven powers, first, so their
-prompts share a prefix) and then its own units with their options. With `history: summary`
+prompts share a prefix) and then its own units with their options. With `recap: years`
 a fresh chat recaps the episode instead of keeping it: `center_history` (one line per finished
 year) before the board, `press_digest` (the power's last messages) before its units.
 
@@ -65,7 +65,7 @@ def last_orders(engine: Any) -> str | None:
 
 def center_history(engine: Any, start_year: int) -> list[str]:
     """Each finished year of the episode as one line: every power's centers with the change
-    (what a fresh chat, `history: summary`, keeps of the phases before the last)."""
+    (what a fresh chat, `recap: years`, keeps of the phases before the last)."""
     history = engine.get_phase_history()
     springs = [h.state["centers"] for h in history if h.name[0] == "S" and h.name[-1] == "M"]
     if engine.get_current_phase()[0] == "S":  # a year just ended

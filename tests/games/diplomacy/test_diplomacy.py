@@ -406,24 +406,24 @@ def test_power_metrics_per_country_in_the_rollout_stats():
 
 
 def test_summary_history_keeps_the_prompt_bounded_over_three_years():
-    """`history: summary` starts each power's chat afresh every movement phase (the rules, the
+    """`recap: years` starts each power's chat afresh every movement phase (the rules, the
     earlier years' center counts, the last `press_history` messages, the board), so its
     longest prompt barely grows by year, while the full transcript grows with every phase."""
     greedy = make_agent("greedy")
     longest = {}
-    for history in ("full", "summary"):
-        game = opening(horizon=3, history=history, press_rounds=1, press_history=2)
-        longest[history] = [0, 0, 0]
+    for recap in ("off", "years"):
+        game = opening(horizon=3, recap=recap, press_rounds=1, press_history=2)
+        longest[recap] = [0, 0, 0]
         while not game.done:
             phase = game.engine.get_current_phase()
             for seat in game.pending_seats:
                 chat = game.messages(seat)
                 year = int(phase[1:5]) - 1901
                 size = sum(len(m["content"]) for m in chat)
-                longest[history][year] = max(longest[history][year], size)
-                if history == "summary" and game.action_kind == "press":
+                longest[recap][year] = max(longest[recap][year], size)
+                if recap == "years" and game.action_kind == "press":
                     assert [m["role"] for m in chat] == ["system", "user"]
-                if history == "summary" and phase == "S1903M" and seat == FRANCE:
+                if recap == "years" and phase == "S1903M" and seat == FRANCE:
                     now = game.messages(FRANCE)[1]["content"].splitlines()
                     counts = {p[:3]: len(game.engine.get_centers(p)) for p in ROLES}
                     assert now[0].startswith("Centers after 1901: AUS ")
@@ -436,6 +436,6 @@ def test_summary_history_keeps_the_prompt_bounded_over_three_years():
                     ]
                 press = f"[to ALL] {ROLES[seat]} in {phase}"
                 game.step(seat, press if game.action_kind == "press" else greedy.act(game, seat))
-    full, summary = longest["full"], longest["summary"]
+    full, summary = longest["off"], longest["years"]
     assert full[2] > 2.5 * full[0]
     assert summary[2] < 1.3 * summary[0]  # more units on the board, the recap's lines
