@@ -31,6 +31,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from learning import saved_figure  # bench/learning.py, next to this file
 
 from sparring.cli.options import load_config, parse_params
 from sparring.loop import tasks
@@ -71,23 +72,14 @@ def summary(rewards: list[float]) -> dict:
 
 
 def plot(arms: dict[str, dict], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    ax.bar(list(arms), [a["mean"] for a in arms.values()], yerr=[a["se"] for a in arms.values()],
-           capsize=5, color="tab:blue")  # fmt: skip
-    for i, arm in enumerate(arms.values()):
-        seeds = arm.get("per_seed", {}).values()
-        ax.plot([i] * len(seeds), list(seeds), "k.")
-    ax.set_ylabel("eval reward vs greedy (± s.e.; dots: seeds)")
-    ax.set_xlabel("GRPO group key")
-    ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with saved_figure(path, title, size=(5, 3.5)) as ax:
+        means, ses = [a["mean"] for a in arms.values()], [a["se"] for a in arms.values()]
+        ax.bar(list(arms), means, yerr=ses, capsize=5, color="tab:blue")
+        for i, arm in enumerate(arms.values()):
+            seeds = arm.get("per_seed", {}).values()
+            ax.plot([i] * len(seeds), list(seeds), "k.")
+        ax.set_ylabel("eval reward vs greedy (± s.e.; dots: seeds)")
+        ax.set_xlabel("GRPO group key")
 
 
 def main() -> None:

@@ -26,14 +26,14 @@ import json
 import tempfile
 from pathlib import Path
 
-import numpy as np
-from learning import measured  # bench/learning.py, next to this file
+from learning import measured, saved_figure  # bench/learning.py, next to this file
 
 from sparring.cli.options import load_config, parse_params
 from sparring.games.textarena.exploitability import read_policy
 from sparring.generation.hf import HFBackend
 from sparring.loop.config import CONFIG_DIR, PipelineConfig
 from sparring.loop.runner import Iteration, run_loop
+from sparring.stats import mean_se
 
 METRIC = "eval/exploitability"
 # What a row prints beside the exploitability (those present).
@@ -46,30 +46,16 @@ def policy(cfg: PipelineConfig, model: Path) -> dict[str, dict[str, float]]:
     return read_policy(backend, cfg.game.make(), cfg.eval.rollout.sampling.temperature)
 
 
-def se(values: list[float]) -> float:
-    """Standard error of the mean over training seeds (nan for one seed)."""
-    return float(np.std(values, ddof=1) / np.sqrt(len(values))) if len(values) > 1 else np.nan
-
-
 def plot(curves: dict[int, list[dict]], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
-    for seed, curve in curves.items():
-        ax.plot([r["iteration"] for r in curve], [r[METRIC] for r in curve], "o-",
-                label=f"seed {seed}")  # fmt: skip
-    ax.axhline(11 / 24, color="gray", ls="--", lw=1, label="uniform random (0.458)")
-    ax.axhline(0, color="black", lw=0.8)
-    ax.set_xlabel("iteration (the first point: the start, before any update)")
-    ax.set_ylabel("exploitability (chips per hand)")
-    ax.legend(fontsize=8)
-    ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with saved_figure(path, title) as ax:
+        for seed, curve in curves.items():
+            x, y = [r["iteration"] for r in curve], [r[METRIC] for r in curve]
+            ax.plot(x, y, "o-", label=f"seed {seed}")
+        ax.axhline(11 / 24, color="gray", ls="--", lw=1, label="uniform random (0.458)")
+        ax.axhline(0, color="black", lw=0.8)
+        ax.set_xlabel("iteration (the first point: the start, before any update)")
+        ax.set_ylabel("exploitability (chips per hand)")
+        ax.legend(fontsize=8)
 
 
 def main() -> None:
@@ -112,10 +98,10 @@ def main() -> None:
     (out / "kuhn.json").write_text(json.dumps(saved, indent=1))
     plot(curves, out / "kuhn.png", f"{base.name} ({base.model}): exploitability per iteration")
     print(f"curves, tables and plot in {out}")
-    print(f"RESULT kuhn_exploitability_start {np.mean(start):.4f}")
-    print(f"RESULT kuhn_exploitability_start_se_seeds {se(start):.4f}")
-    print(f"RESULT kuhn_exploitability_final {np.mean(final):.4f}")
-    print(f"RESULT kuhn_exploitability_final_se_seeds {se(final):.4f}")
+    for name, values in (("start", start), ("final", final)):
+        mean, se = mean_se(values)  # se over training seeds (nan for one seed)
+        print(f"RESULT kuhn_exploitability_{name} {mean:.4f}")
+        print(f"RESULT kuhn_exploitability_{name}_se_seeds {se:.4f}")
 
 
 if __name__ == "__main__":

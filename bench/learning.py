@@ -37,6 +37,8 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -67,30 +69,34 @@ def row(seed: int, it: Iteration, metric: str) -> dict:
     return row | {"val_scores": it.val_scores}  # a cut-off run's paired gain comes from these
 
 
-def plot(curves: dict[int, list[dict]], controls: dict[int, list[dict]], path: Path, title: str):
+@contextmanager
+def saved_figure(path: Path, title: str, size: tuple[float, float] = (6.5, 3.8)) -> Iterator:
+    """Axes to draw on; on exit the figure is titled, saved to `path` and closed (the benches'
+    plots: this one's, bench/kuhn.py's and bench/grouping_ablation.py's)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
-    for seed, curve in curves.items():
-        ax.plot(
-            [r["iteration"] for r in curve],
-            [r["reward"] for r in curve],
-            "o-",
-            label=f"seed {seed}",
-        )
-    for seed, curve in controls.items():
-        x, y = [r["iteration"] for r in curve], [r["reward"] for r in curve]
-        ax.plot(x, y, "s--", alpha=0.7, label=f"seed {seed}, SFT control")
-    ax.set_xlabel("iteration (the first point: the start, before any update)")
-    ax.set_ylabel("val reward")
-    ax.legend(fontsize=8)
+    fig, ax = plt.subplots(figsize=size)
+    yield ax
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def plot(curves: dict[int, list[dict]], controls: dict[int, list[dict]], path: Path, title: str):
+    with saved_figure(path, title) as ax:
+        for seed, curve in curves.items():
+            x, y = [r["iteration"] for r in curve], [r["reward"] for r in curve]
+            ax.plot(x, y, "o-", label=f"seed {seed}")
+        for seed, curve in controls.items():
+            x, y = [r["iteration"] for r in curve], [r["reward"] for r in curve]
+            ax.plot(x, y, "s--", alpha=0.7, label=f"seed {seed}, SFT control")
+        ax.set_xlabel("iteration (the first point: the start, before any update)")
+        ax.set_ylabel("val reward")
+        ax.legend(fontsize=8)
 
 
 def main() -> None:
