@@ -39,6 +39,7 @@ from sparring.loop.config import (
     field_lines,
 )
 from sparring.loop.plan import IterationPlan, plan
+from sparring.registry import TRAINER_IMAGE_ENV
 
 S3_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 MLFLOW_LOGIN = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")  # basic auth
@@ -192,14 +193,17 @@ class _Graph:
         )  # fmt: skip
 
     def register(self, step: IterationPlan, trained, samples, rollout_metrics, tr, ev):
-        """Store and register the iteration's checkpoint, with all its metrics."""
+        """Store and register the iteration's checkpoint, with all its metrics; the model's
+        requirements are those of the image that trained it ($SPARRING_TRAINER_IMAGE)."""
+        k8s = self.cfg.kubernetes
+        trainer = k8s.gpu_image if self.cfg.train_backend == "verl" or k8s.train_gpus else k8s.image
         return self.task(
             self.c.register, f"register-{step.iteration}", config=self.config, model=trained,
             iteration=step.iteration, run_name=self.run_name, parent_run_id=self.parent,
             samples=samples, evaluation=ev.outputs["evaluation"],
             rollout_metrics=rollout_metrics, train_metrics=tr.outputs["metrics"],
             eval_metrics=ev.outputs["metrics"], kfp_run_id=self.job_id,
-        )  # fmt: skip
+        ).set_env_variable(TRAINER_IMAGE_ENV, trainer)  # fmt: skip
 
     def _play(self, step: IterationPlan, model) -> dict:
         return {"config": self.config, "model": model, "inits": self.inits,

@@ -37,7 +37,9 @@ can't be paired, so `publish` refuses to compare with it.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
+import os
 import sys
 import tempfile
 import time
@@ -51,6 +53,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from sparring import storage
+from sparring.image_stacks import MODEL_PACKAGES, STACKS
 from sparring.stats import paired_gain
 from sparring.tracking import CHAMPION, CHECKPOINT_TAG, RUN_TAG, connect
 
@@ -59,6 +62,21 @@ EVAL_KEY_TAG = "sparring.eval_key"  # what its score is comparable with (Recipe.
 SCORES_ARTIFACT = "champion/val_scores.json"  # its per-val-game scores, in its run
 INFERENCE_TASK = "llm/v1/chat"  # pyfunc takes {"messages": [...]} and returns chat.completion
 _TOKENIZER_DIR = "components/tokenizer"  # where MLflow's transformers flavour reads it
+# The image that trained the checkpoint (`<repository>:<version>-<flavour>`): the KFP pipeline
+# sets it on the register task, which runs on the CPU image while training ran on the GPU one.
+TRAINER_IMAGE_ENV = "SPARRING_TRAINER_IMAGE"
+# What the model's `input_example.json` holds: a chat request as the pyfunc (llm/v1/chat) and a
+# serving endpoint (`/invocations`) take it.
+INPUT_EXAMPLE = {
+    "messages": [
+        {
+            "role": "system",
+            "content": "You are player A. Reply with [message], [propose], [accept] or [reject].",
+        },  # fmt: skip
+        {"role": "user", "content": "Player B: [message] I value Ava most for paper 2."},
+    ],
+    "max_tokens": 64,
+}
 
 
 class NotRegisteredError(RuntimeError):
@@ -79,19 +97,36 @@ class Registration(NamedTuple):
 # -- packaging ---------------------------------------------------------------------------------
 
 
-def stage_mlflow_model(checkpoint: str | Path, out_dir: str | Path) -> Path:
+def trainer_requirements(image: str | None = None) -> dict[str, str]:
+    """{package: version} of MODEL_PACKAGES in the environment that trained the model: the
+    Sparring image `image` (default: $SPARRING_TRAINER_IMAGE) names, as its lock pins them
+    (`sparring.image_stacks`); without one, or for an image Sparring did not build, this
+    process's own (a local run trains where it registers)."""
+    image = image if image is not None else os.environ.get(TRAINER_IMAGE_ENV, "")
+    tag = image.rpartition(":")[2] if "/" not in image.rpartition(":")[2] else ""
+    for flavour in sorted(STACKS, key=len, reverse=True):  # gpu-diplomacy before gpu
+        if tag.endswith(f"-{flavour}"):
+            return dict(STACKS[flavour])
+    return {p: importlib.metadata.version(p).split("+")[0] for p in MODEL_PACKAGES}
+
+
+def stage_mlflow_model(
+    checkpoint: str | Path, out_dir: str | Path, requirements: Mapping[str, str] | None = None
+) -> Path:
     """`out_dir` = the HF checkpoint as an MLflow transformers model, ready to upload: links to
     every checkpoint file (no weight is copied), the tokenizer again under
-    `components/tokenizer`, and `MLmodel` + `requirements.txt` + `python_env.yaml`."""
-    import mlflow
-    import torch
+    `components/tokenizer`, `MLmodel`, a chat `input_example.json` (INPUT_EXAMPLE), and
+    `requirements.txt` + `python_env.yaml` pinning `requirements` (default:
+    `trainer_requirements()`, the stack that trained it)."""
     import transformers
     from mlflow.models import Model
+    from mlflow.models.utils import _save_example
     from mlflow.pyfunc import add_to_model
     from mlflow.transformers.llm_inference_utils import _SIGNATURE_FOR_LLM_INFERENCE_TASK
     from mlflow.utils.environment import _PythonEnv
 
     src, out = Path(checkpoint).resolve(), Path(out_dir)
+    pins = dict(requirements or trainer_requirements())
     for path in sorted(p for p in src.rglob("*") if p.is_file()):
         link = out / path.relative_to(src)
         link.parent.mkdir(parents=True, exist_ok=True)
@@ -125,13 +160,11 @@ def stage_mlflow_model(checkpoint: str | Path, out_dir: str | Path) -> Path:
         tokenizer_type=type(tokenizer).__name__,
         torch_dtype=f"torch.{dtype}",
         framework="pt",
-        transformers_version=transformers.__version__,
+        transformers_version=pins["transformers"],  # the trainer's, as requirements.txt
     )
     add_to_model(model, loader_module="mlflow.transformers", python_env="python_env.yaml")
-    (out / "requirements.txt").write_text(
-        f"mlflow=={mlflow.__version__}\ntransformers=={transformers.__version__}\n"
-        f"torch=={torch.__version__.split('+')[0]}\n"
-    )
+    (out / "requirements.txt").write_text("".join(f"{p}=={v}\n" for p, v in sorted(pins.items())))
+    _save_example(model, INPUT_EXAMPLE, str(out))
     python = ".".join(map(str, sys.version_info[:3]))
     _PythonEnv(python, ["pip"], ["-r requirements.txt"]).to_yaml(out / "python_env.yaml")
     model.save(out / "MLmodel")

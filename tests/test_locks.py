@@ -345,3 +345,14 @@ def test_the_locked_kfp_compiles_the_shipped_configs(versions, tmp_path):
         assert spec["sdkVersion"] == f"kfp-{locked['kfp']}", config
         deadline = platform["platforms"]["kubernetes"]["pipelineConfig"]["activeDeadlineSeconds"]
         assert int(deadline) > 0, config
+
+
+def test_the_registrys_image_stacks_are_the_locks():
+    """sparring/image_stacks.py (the versions a registered model pins for the image that
+    trained it) is what images/lock.py makes of the committed locks."""
+    assert LOCK.STACKS_MODULE.read_text() == LOCK.stacks_module(), "run python images/lock.py"
+    from sparring.image_stacks import STACKS
+
+    assert set(STACKS) == set(NAMES)
+    for name in NAMES:
+        assert STACKS[name] == {p: pins(name)[p][0].split("+")[0] for p in LOCK.MODEL_PACKAGES}

@@ -6,6 +6,7 @@ produce on demand."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -353,3 +354,51 @@ def test_the_documented_loaders_work_with_only_the_tracking_uri(cfg, mlflow_serv
     assert proc.returncode == 0, proc.stderr[-3000:]
     # both generators replied (printed), and the plain files are the bf16 weights + template
     assert proc.stdout.strip().splitlines()[-1].endswith("torch.bfloat16 True")
+
+
+# ---- the MLflow model's own files --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("image", "flavour"),
+    [
+        ("ghcr.io/sparring/sparring:0.1.0-gpu", "gpu"),
+        ("registry.local:5000/me/sparring:0.1.0-gpu-diplomacy", "gpu-diplomacy"),
+        ("ghcr.io/sparring/sparring:0.1.0-cpu", "cpu"),
+        ("registry.local:5000/me/custom", None),  # not a Sparring image: this process's stack
+        ("", None),  # a local run: trained where it registers
+    ],
+)
+def test_requirements_are_the_trainers_image_stack(image, flavour, monkeypatch):
+    from sparring.image_stacks import MODEL_PACKAGES, STACKS
+
+    monkeypatch.setenv(registry.TRAINER_IMAGE_ENV, image)
+    here = {p: importlib.metadata.version(p).split("+")[0] for p in MODEL_PACKAGES}
+    assert registry.trainer_requirements() == (STACKS[flavour] if flavour else here)
+
+
+def test_staged_model_has_a_chat_input_example_and_the_gpu_images_requirements(
+    tiny_model_dir, tmp_path, monkeypatch
+):
+    """A model trained on the GPU image and registered from the CPU one pins the GPU image's
+    torch and transformers (its lock's), and carries an input example its pyfunc answers."""
+    from mlflow.models import Model
+
+    from sparring.image_stacks import STACKS
+
+    monkeypatch.setenv(registry.TRAINER_IMAGE_ENV, "ghcr.io/sparring/sparring:0.1.0-gpu")
+    out = registry.stage_mlflow_model(tiny_model_dir, tmp_path / "m")
+    gpu = STACKS["gpu"]
+    assert gpu["torch"] != torch.__version__.split("+")[0]  # not this (CPU) process's
+    pins = dict(line.split("==") for line in (out / "requirements.txt").read_text().split())
+    assert pins == gpu
+    model = Model.load(out / "MLmodel")
+    assert model.flavors["transformers"]["transformers_version"] == gpu["transformers"]
+    example = model.load_input_example(str(out))
+    assert example == registry.INPUT_EXAMPLE and model.saved_input_example_info
+    assert json.loads((out / "serving_input_example.json").read_text()) == registry.INPUT_EXAMPLE
+    # the pyfunc (llm/v1/chat) takes it as it is, past its signature
+    small = {**example, "max_tokens": 2}
+    reply = mlflow.pyfunc.load_model(str(out)).predict(small)[0]
+    assert reply["object"] == "chat.completion"
+    assert reply["choices"][0]["message"]["role"] == "assistant"

@@ -187,3 +187,33 @@ def test_pipeline_versions_are_named_by_content_and_run_names_are_unique(tmp_pat
     assert version_name(cfg, a) == version_name(cfg, b) != version_name(cfg, c)
     assert version_name(cfg, a).startswith(f"{cfg.name}-")
     assert len({unique_run_name("nightly") for _ in range(20)}) == 20
+
+
+def executor_env(spec: dict, component_prefix: str) -> list[dict[str, str]]:
+    """The env of every executor whose component name starts with `component_prefix`."""
+    labels = [
+        c["executorLabel"]
+        for name, c in spec["components"].items()
+        if name.startswith(f"comp-{component_prefix}") and "executorLabel" in c
+    ]
+    return [
+        {
+            e["name"]: e["value"]
+            for e in spec["deploymentSpec"]["executors"][label]["container"]["env"]
+        }
+        for label in labels
+    ]
+
+
+@pytest.mark.parametrize("gpus", [1, 0])
+def test_register_records_the_image_that_trained_the_model(gpus, tmp_path):
+    """The register task runs on the CPU image; the model it registers pins the stack of the
+    image the train task ran on (sparring.registry.trainer_requirements)."""
+    from sparring.registry import TRAINER_IMAGE_ENV
+
+    cfg = gpu_cfg(iterations=1, kubernetes__train_gpus=gpus, kubernetes__rollout_gpus=1)
+    spec, _ = yaml.safe_load_all(Path(compile_pipeline(cfg, str(tmp_path / "p.yaml"))).read_text())
+    (env,) = executor_env(spec, "register")
+    k8s = cfg.kubernetes
+    assert env[TRAINER_IMAGE_ENV] == (k8s.gpu_image if gpus else k8s.image)
+    assert k8s.gpu_image.endswith("-gpu") and k8s.image.endswith("-cpu")

@@ -55,6 +55,7 @@ def test_register_then_load_back(cfg, tiny_model_dir, tmp_path, monkeypatch):
     assert local.parent == tmp_path / "cache"
     files = {p.name for p in local.iterdir() if p.name != ".complete"}
     mlflow_model = {"MLmodel", "components", "python_env.yaml", "requirements.txt"}
+    mlflow_model |= {"input_example.json", "serving_input_example.json"}
     assert files == {p.name for p in tiny_model_dir.iterdir()} | mlflow_model
     # the pipeline's first step does the same with the config's registry
     first = cfg.model_copy(update={"model": f"models:/{cfg.registered_model}@champion"})
