@@ -4,6 +4,7 @@
 # appVersion and the pipeline config use, so every image reference is
 #   <repository>:<version>-cpu   <repository>:<version>-gpu                 (Apache-2.0)
 #   <repository>:<version>-cpu-diplomacy   <repository>:<version>-gpu-diplomacy
+#   <repository>:<version>-mlflow   the chart's MLflow server: no training stack (Dockerfile.mlflow)
 # The `-diplomacy` flavours add the Diplomacy engine, which is AGPL-3.0: they are the
 # `diplomacy` target of the same Dockerfile, labelled "Apache-2.0 AND AGPL-3.0-only".
 # Each image installs its lock file, images/requirements-<flavor>.lock (images/lock.py).
@@ -16,7 +17,7 @@ REPOSITORY="${SPARRING_IMAGE_REPOSITORY:-ghcr.io/sparring/sparring}"
 DOCKER="${DOCKER:-docker}"
 PUSH=0
 DRY_RUN=0
-FLAVORS=(cpu gpu cpu-diplomacy gpu-diplomacy)
+FLAVORS=(cpu gpu cpu-diplomacy gpu-diplomacy mlflow)
 PLATFORM=""
 PREBAKE_SET=0  # 1: pass PREBAKE_MODELS="$PREBAKE" (else the Dockerfiles' default)
 PREBAKE=""
@@ -30,11 +31,12 @@ Build the Sparring runtime images, tagged with the project version from sparring
   <repository>:<version>-gpu             (images/Dockerfile.gpu, target runtime)
   <repository>:<version>-cpu-diplomacy   (images/Dockerfile.cpu, target diplomacy; AGPL-3.0)
   <repository>:<version>-gpu-diplomacy   (images/Dockerfile.gpu, target diplomacy; AGPL-3.0)
+  <repository>:<version>-mlflow          (images/Dockerfile.mlflow: the chart's MLflow server)
 
 Options:
   --repository REPO   image repository (default: \$SPARRING_IMAGE_REPOSITORY or
                       ghcr.io/sparring/sparring; the Helm value image.repository must match)
-  --only FLAVOR       build one flavor only: cpu, gpu, cpu-diplomacy or gpu-diplomacy
+  --only FLAVOR       build one flavor only: cpu, gpu, cpu-diplomacy, gpu-diplomacy or mlflow
   --platform P        passed to docker build (e.g. linux/amd64)
   --prebake "NAMES"   named real models to fetch into the images at build time, space-separated
                       (build arg PREBAKE_MODELS; default: the Dockerfiles' smollm2-135m-instruct)
@@ -58,8 +60,8 @@ while [[ $# -gt 0 ]]; do
     --repository) REPOSITORY="${2:?--repository needs a value}"; shift 2 ;;
     --only)
       case "${2:-}" in
-        cpu|gpu|cpu-diplomacy|gpu-diplomacy) FLAVORS=("$2") ;;
-        *) echo "error: --only takes cpu, gpu, cpu-diplomacy or gpu-diplomacy, got '${2:-}'" >&2; exit 2 ;;
+        cpu|gpu|cpu-diplomacy|gpu-diplomacy|mlflow) FLAVORS=("$2") ;;
+        *) echo "error: --only takes cpu, gpu, cpu-diplomacy, gpu-diplomacy or mlflow, got '${2:-}'" >&2; exit 2 ;;
       esac
       shift 2 ;;
     --platform) PLATFORM="${2:?--platform needs a value}"; shift 2 ;;
@@ -97,7 +99,8 @@ for flavor in "${FLAVORS[@]}"; do
   args=(build -f "$ROOT/images/Dockerfile.${flavor%-diplomacy}" --target "$target" -t "$ref"
         --build-arg "SPARRING_VERSION=$VERSION")
   if [[ -n "$PLATFORM" ]]; then args+=(--platform "$PLATFORM"); fi
-  if [[ $PREBAKE_SET -eq 1 ]]; then args+=(--build-arg "PREBAKE_MODELS=$PREBAKE"); fi
+  # the MLflow server image holds no model
+  if [[ $PREBAKE_SET -eq 1 && $flavor != mlflow ]]; then args+=(--build-arg "PREBAKE_MODELS=$PREBAKE"); fi
   run "$DOCKER" "${args[@]}" "$ROOT"
   if [[ $PUSH -eq 1 ]]; then run "$DOCKER" push "$ref"; fi
 done

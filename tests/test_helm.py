@@ -231,9 +231,15 @@ def test_every_pod_is_hardened_and_uses_our_images(chart, name):
     docs = render_named(chart, name)
     repo = values.get("image", {}).get("repository", "ghcr.io/sparring/sparring")
     cpu_ref = build_sh_refs("--repository", repo, "--only", "cpu")[0]
+    mlflow_ref = build_sh_refs("--repository", repo, "--only", "mlflow")[0]
     specs = pod_specs(docs)
     assert specs
     for spec in specs:
+        # the MLflow server and its schema migrations run from the slim MLflow image
+        mlflow_pod = any(
+            c["command"][:3] == ["mlflow", "db", "upgrade"] or c["command"] == ["mlflow"]
+            for c in spec["containers"] + spec.get("initContainers", [])
+        )
         assert restricted_violations(spec) == []
         assert spec["securityContext"]["runAsNonRoot"] is True
         assert spec["securityContext"]["runAsUser"] != 0
@@ -243,7 +249,7 @@ def test_every_pod_is_hardened_and_uses_our_images(chart, name):
             assert sc["readOnlyRootFilesystem"] is True
             assert sc["capabilities"]["drop"] == ["ALL"]
             assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
-            assert c["image"] == cpu_ref
+            assert c["image"] == (mlflow_ref if mlflow_pod else cpu_ref)
             # a read-only root needs a writable /tmp
             assert "/tmp" in {m["mountPath"] for m in c["volumeMounts"]}
         # the runner's token is mounted only where the API is called with it (helm test)

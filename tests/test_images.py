@@ -25,6 +25,8 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 BUILD = ["bash", str(IMAGES / "build.sh")]
 BASES = ["cpu", "gpu"]  # one Dockerfile each
 FLAVORS = ["cpu", "gpu", "cpu-diplomacy", "gpu-diplomacy"]  # one image (and lock) each
+MLFLOW = "mlflow"  # the chart's MLflow server: images/Dockerfile.mlflow, one stage chain
+IMAGES_BUILT = [*FLAVORS, MLFLOW]  # what build.sh tags, in its order
 HADOLINT = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
 
 
@@ -345,6 +347,50 @@ def test_prebake_step_stops_the_build_on_a_bad_name(tmp_path):
     assert (tmp_path / "models").is_dir()
 
 
+# ---- the MLflow server image -------------------------------------------------------------------
+
+
+def test_mlflow_image_lints_pins_its_base_and_installs_only_its_lock():
+    """images/Dockerfile.mlflow: hadolint-clean, the CPU images' pinned base, a build stage
+    that pip-installs exactly requirements-mlflow.lock (hashes, no deps, `pip check`) and
+    imports the server's auth app, S3 and Postgres drivers; no project, no model."""
+    done = subprocess.run(
+        [HADOLINT, "--config", str(IMAGES / "hadolint.yaml"), str(dockerfile(MLFLOW))],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert list(stages(MLFLOW)) == ["build", "runtime"]
+    bases = {resolve(MLFLOW, s["from"]) for s in stages(MLFLOW).values()}
+    assert bases == {resolve("cpu", stages("cpu")["build"]["from"])}
+    build = stages(MLFLOW)["build"]["ops"]
+    copies = [v.split() for op, v in build if op == "COPY"]
+    assert copies == [["images/requirements-mlflow.lock", "/tmp/requirements.lock"]]
+    (install,) = [r for r in runs(MLFLOW, "build") if "pip install" in r]
+    args = shlex.split(re.search(r"pip install ([^&]+)", install).group(1))
+    assert {"--no-deps", "--require-hashes"} <= set(args)
+    assert args[args.index("-r") + 1] == "/tmp/requirements.lock"
+    assert (
+        "pip check" in install and "import boto3, psycopg2, mlflow, mlflow.server.auth" in install
+    )
+    text = dockerfile(MLFLOW).read_text()
+    assert "sparring model fetch" not in text and "--no-build-isolation ." not in text
+
+
+def test_mlflow_image_is_non_root_openshift_ready_and_runs_mlflow():
+    runtime = stages(MLFLOW)["runtime"]["ops"]
+    assert [v for op, v in runtime if op == "USER"] == ["10001:0"]
+    ops = [op for op, _ in runtime]
+    assert ops.index("USER") > max(i for i, op in enumerate(ops) if op == "RUN")
+    setup = " ".join(runs(MLFLOW, "runtime"))
+    assert "--uid 10001 --gid 0" in setup and "chmod -R g=u /home/sparring" in setup
+    assert [v for op, v in runtime if op == "ENTRYPOINT"] == ['["mlflow"]']
+    assert [v.split()[0] for op, v in runtime if op == "COPY"] == ["--from=build"]
+    labels = dict(p.split("=", 1) for op, v in runtime if op == "LABEL" for p in shlex.split(v))
+    assert labels["org.opencontainers.image.title"] == "sparring-mlflow"
+    assert labels["org.opencontainers.image.licenses"] == "Apache-2.0"
+
+
 # ---- build.sh ------------------------------------------------------------------------------
 
 
@@ -353,7 +399,7 @@ def test_one_version_tags_every_image():
         [*BUILD, "--print"], capture_output=True, text=True, check=True
     ).stdout.split()
     v = sparring.__version__
-    assert refs == [f"ghcr.io/sparring/sparring:{v}-{f}" for f in FLAVORS]
+    assert refs == [f"ghcr.io/sparring/sparring:{v}-{f}" for f in IMAGES_BUILT]
     assert PYPROJECT["project"]["version"] == v
 
 
@@ -368,15 +414,17 @@ def test_build_dry_run_builds_and_pushes_every_flavor_with_its_target():
     builds = [shlex.split(line) for line in out if " build " in f" {line} "]
     pushes = [shlex.split(line) for line in out if " push " in f" {line} "]
     assert [b[b.index("-t") + 1] for b in builds] == [
-        f"registry.example.com/ml/sparring:{v}-{f}" for f in FLAVORS
+        f"registry.example.com/ml/sparring:{v}-{f}" for f in IMAGES_BUILT
     ]
-    for b, flavor in zip(builds, FLAVORS, strict=True):
+    for b, flavor in zip(builds, IMAGES_BUILT, strict=True):
         base, tgt = target(flavor)
         assert b[b.index("-f") + 1] == str(dockerfile(base))
         assert b[b.index("--target") + 1] == tgt
         assert tgt in stages(base)
     assert all(b[-1] == str(ROOT) and f"SPARRING_VERSION={v}" in b for b in builds)
-    assert [p[-1] for p in pushes] == [f"registry.example.com/ml/sparring:{v}-{f}" for f in FLAVORS]
+    assert [p[-1] for p in pushes] == [
+        f"registry.example.com/ml/sparring:{v}-{f}" for f in IMAGES_BUILT
+    ]
 
 
 @pytest.mark.parametrize(
@@ -392,11 +440,12 @@ def test_build_dry_run_passes_the_prebake_arg(flags, arg):
         [*BUILD, "--dry-run", *flags], capture_output=True, text=True, check=True
     ).stdout.splitlines()
     builds = [shlex.split(line) for line in out]
-    assert len(builds) == len(FLAVORS)
-    for b in builds:
+    assert len(builds) == len(IMAGES_BUILT)
+    for b, flavor in zip(builds, IMAGES_BUILT, strict=True):
         passed = [b[i + 1] for i, a in enumerate(b) if a == "--build-arg"]
         prebake = [v.split("=", 1)[1] for v in passed if v.startswith("PREBAKE_MODELS=")]
-        assert prebake == ([] if arg is None else [arg])
+        # the MLflow server image holds no model: it has no PREBAKE_MODELS to pass
+        assert prebake == ([] if arg is None or flavor == MLFLOW else [arg])
 
 
 def test_build_script_help_and_bad_flags():
@@ -406,7 +455,7 @@ def test_build_script_help_and_bad_flags():
     for flag in ("--push", "--only", "--repository", "--dry-run", "--print", "--prebake", "AGPL"):
         assert flag in help_text
     bad = subprocess.run([*BUILD, "--only", "tpu"], capture_output=True, text=True)
-    assert bad.returncode == 2 and "--only takes cpu, gpu" in bad.stderr
+    assert bad.returncode == 2 and "--only takes cpu, gpu" in bad.stderr and "mlflow" in bad.stderr
     unknown = subprocess.run([*BUILD, "--frobnicate"], capture_output=True, text=True)
     assert unknown.returncode == 2 and "unknown option" in unknown.stderr
     no_value = subprocess.run([*BUILD, "--prebake"], capture_output=True, text=True)
