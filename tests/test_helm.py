@@ -1627,3 +1627,47 @@ def test_ray_pods_take_connections_only_from_ray_pods_and_the_operator(chart):
     ]
     for off in ({"networkPolicy": {"ray": False}}, {"rbac": {"rayJobs": False}}):
         assert f"{RELEASE}-ray" not in by_kind(render(chart, {**MINIMAL, **off}), "NetworkPolicy")
+
+
+def test_registry_consumers_get_through_to_mlflow_and_s3_only_when_listed(chart):
+    """networkPolicy.consumers (notebooks, KServe) joins the peers of both servers' policies,
+    MLflow's and the bundled S3's, and nothing else changes; without MLflow auth the notes warn."""
+    notebooks = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "team-a"}},
+        "podSelector": {"matchExpressions": [{"key": "notebook-name", "operator": "Exists"}]},
+    }
+    kserve = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "serving"}},
+        "podSelector": {
+            "matchExpressions": [
+                {"key": "serving.kserve.io/inferenceservice", "operator": "Exists"}
+            ]
+        },
+    }
+    base = values_for("local")
+    plain = by_kind(render(chart, base), "NetworkPolicy")
+    values = copy.deepcopy(base)
+    values.setdefault("networkPolicy", {})["consumers"] = [notebooks, kserve]
+    docs = render(chart, values)
+    opened = by_kind(docs, "NetworkPolicy")
+    validate_strict(docs)
+    for component in ("mlflow", "s3"):
+        name = f"{RELEASE}-{component}"
+        before = plain[name]["spec"]["ingress"][0]["from"]
+        assert opened[name]["spec"]["ingress"][0]["from"] == [*before, notebooks, kserve]
+        assert (
+            opened[name]["spec"]["ingress"][0]["ports"]
+            == plain[name]["spec"]["ingress"][0]["ports"]
+        )
+    assert opened[f"{RELEASE}-ray"] == plain[f"{RELEASE}-ray"]
+    notes = chart.render(values, name=RELEASE, namespace=NAMESPACE)["sparring/templates/NOTES.txt"]
+    assert "WARNING: networkPolicy.consumers" in notes
+    auth = copy.deepcopy(values)
+    auth.setdefault("mlflow", {})["auth"] = {
+        "enabled": True,
+        "adminPassword": "a-long-password-123",
+    }
+    notes = chart.render(auth, name=RELEASE, namespace=NAMESPACE)["sparring/templates/NOTES.txt"]
+    assert "WARNING: networkPolicy.consumers" not in notes
+    with pytest.raises(Exception, match="consumers"):  # a peer is a selector, not anything
+        render(chart, {**base, "networkPolicy": {"consumers": [{"pods": "all"}]}})
