@@ -1,11 +1,13 @@
 """Submitting the pipeline to a KFP cluster: one run, or a campaign of runs.
 
     sparring submit --host http://kfp.example --config configs/pipeline-gpu.yaml
-    sparring submit --host http://kfp.example --config configs/pipeline-gpu.yaml --campaign 40 --block 10
+    sparring submit --host http://kfp.example --config configs/pipeline-gpu.yaml --campaign 40
 
-A campaign is longer than one pipeline should hold (the unrolled IR grows ~26 KB per
-iteration): it submits one run per block of iterations, waits for it, and starts the next
-block from the MLflow champion (`models:/<registered_model>@champion`). Every block shares one
+One run holds at most `max_iterations(cfg)` iterations: the unrolled pipeline's Argo Workflow
+grows with every iteration and must stay under 1 MiB (sparring.pipelines.workflow_size;
+docs/results.md#compiled-ir-size). A longer run is a campaign: it submits one run per block of
+at most that many iterations, waits for it, and starts the next block from the MLflow champion
+(`models:/<registered_model>@champion`). Every block shares one
 fresh campaign id `<name>-<uuid>` (`campaign`, the storage key), so the storage layout
 `<root>/<campaign>/<iteration>/…` continues across blocks, and so do the opponents' difficulty
 schedule and `past-<k>`: a block's first rollout reads the schedule.json the last rollout
@@ -21,6 +23,7 @@ import uuid
 from pathlib import Path
 
 from sparring.pipelines.selfplay import compile_pipeline
+from sparring.pipelines.workflow_size import max_iterations
 
 from sparring.loop.config import PipelineConfig
 
@@ -88,23 +91,30 @@ def submit(
     )
 
 
+def blocks(first: int, total: int, block: int) -> list[tuple[int, int]]:
+    """(first_iteration, iterations) of each run of a campaign: `total` iterations from `first`
+    in runs of `block`, the last one shorter."""
+    return [(i, min(block, first + total - i)) for i in range(first, first + total, block)]
+
+
 def campaign(
     client,
     cfg: PipelineConfig,
     experiment: str,
     total: int,
-    block: int,
-    timeout: int,
+    block: int | None = None,
+    timeout: int = 86400,
     service_account: str | None = None,
 ):
     """Run `total` iterations as ceil(total / block) consecutive runs under one campaign id (a
     new `<name>-<uuid>`, or `cfg.campaign` to continue that campaign); each run after the first
-    starts from the champion. Returns the KFP runs. Stops at the first run that fails."""
+    starts from the champion. `block` defaults to the per-run cap, `max_iterations(cfg)`.
+    Returns the KFP runs. Stops at the first run that fails."""
     runs = []
+    block = block or max_iterations(cfg)
     campaign_id = cfg.campaign or f"{cfg.name}-{uuid.uuid4().hex}"
-    for first in range(cfg.first_iteration, cfg.first_iteration + total, block):
+    for first, size in blocks(cfg.first_iteration, total, block):
         model = cfg.model if not runs else f"models:/{cfg.registered_model}@champion"
-        size = min(block, cfg.first_iteration + total - first)
         part = cfg.model_copy(
             update={
                 "model": model,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import click
 
 from sparring.cli.options import load_config
@@ -21,8 +23,18 @@ from sparring.cli.options import load_config
     "(a campaign's on its campaign id) [default: <name>-it<first>-<last>, made unique].",
 )
 @click.option("--namespace", help="Kubeflow profile namespace (multi-user installs).")
-@click.option("--campaign", type=int, help="Run this many iterations as consecutive runs.")
-@click.option("--block", default=10, show_default=True, help="Iterations per run of a campaign.")
+@click.option(
+    "--campaign",
+    type=click.IntRange(min=1),
+    help="Run this many iterations as consecutive runs of --block iterations [default: the "
+    "config's iterations, as a campaign only when they exceed the per-run cap].",
+)
+@click.option(
+    "--block",
+    type=click.IntRange(min=1),
+    help="Iterations per run of a campaign, at most the per-run cap [default: the cap, "
+    "computed from the compiled pipeline's growth so that the Argo Workflow stays under 1 MiB].",
+)
 @click.option("--timeout", default=86400, show_default=True, help="Seconds to wait for each run.")
 @click.option(
     "--service-account",
@@ -33,19 +45,37 @@ def command(
 ) -> None:
     """Upload (or version) the pipeline and create a run through kfp.Client.
 
-    With --campaign N, submit N iterations as runs of --block iterations each; every run after
-    the first starts from the MLflow champion (models:/<registered_model>@champion).
+    One run holds at most the per-run cap of iterations (the unrolled pipeline's Argo Workflow
+    must stay under 1 MiB; sparring.pipelines.workflow_size estimates it from two compiles). A
+    config with more iterations, or --campaign N, runs as a campaign: consecutive runs of --block
+    iterations, each waited for, every run after the first starting from the MLflow champion
+    (models:/<registered_model>@champion), all under one campaign id.
     """
     import kfp
 
     from sparring.loop.config import DEFAULT_CONFIG, PipelineConfig
     from sparring.pipelines.driver import campaign as run_campaign
     from sparring.pipelines.driver import submit
+    from sparring.pipelines.workflow_size import max_iterations
 
     cfg = load_config(PipelineConfig, config or str(DEFAULT_CONFIG), {"run_name": run_name})
+    cap = max_iterations(cfg)
+    if block is not None and block > cap:
+        raise click.BadParameter(
+            f"{block} iterations per run is over the cap of {cap} for {cfg.name} (its Argo "
+            f"Workflow would pass 1 MiB): give --block {cap} or less, or leave it out",
+            param_hint="--block",
+        )
+    block = block or cap
+    total = campaign or cfg.iterations
     client = kfp.Client(host=host, namespace=namespace)
-    if campaign:
-        runs = run_campaign(client, cfg, experiment, campaign, block, timeout, service_account)
+    if campaign or total > block:
+        if not campaign:
+            click.echo(
+                f"{total} iterations are over {block} per run (cap {cap}): submitting a "
+                f"campaign of {math.ceil(total / block)} runs, each waited for"
+            )
+        runs = run_campaign(client, cfg, experiment, total, block, timeout, service_account)
         for run in runs:
             click.echo(f"run {run.run_id} done")
     else:
