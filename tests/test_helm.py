@@ -913,7 +913,6 @@ ARGO_EXECUTOR_NEEDS = [
     ("", "configmaps", "get"),
     ("", "configmaps", "list"),
     ("", "configmaps", "watch"),
-    ("", "secrets", "get"),
     ("", "pods", "get"),
     ("", "pods", "patch"),
 ]
@@ -950,8 +949,9 @@ def test_recurring_runs_use_the_runner_account(chart):
     assert env["RECURRING_RUN_SERVICE_ACCOUNT"] == RELEASE
 
 
-def test_sparring_submit_passes_the_service_account(monkeypatch):
-    """`sparring submit --service-account` reaches kfp.Client.run_pipeline."""
+def test_sparring_submit_passes_the_service_account(monkeypatch, tmp_path):
+    """`sparring submit --service-account` reaches kfp.Client.run_pipeline (one iteration: a
+    run within the per-run cap, not a campaign)."""
     from click.testing import CliRunner
 
     from sparring.cli import submit as submit_cli
@@ -981,7 +981,9 @@ def test_sparring_submit_passes_the_service_account(monkeypatch):
     import kfp
 
     monkeypatch.setattr(kfp, "Client", Client)
-    cfg = ROOT / "configs" / "pipeline-gpu.yaml"
+    cfg = tmp_path / "pipeline-gpu.yaml"
+    data = yaml.safe_load((ROOT / "configs" / "pipeline-gpu.yaml").read_text())
+    cfg.write_text(yaml.safe_dump({**data, "iterations": 1}))
     result = CliRunner().invoke(
         submit_cli.command,
         ["--host", "http://kfp", "--config", str(cfg), "--service-account", RELEASE],
@@ -1671,3 +1673,31 @@ def test_registry_consumers_get_through_to_mlflow_and_s3_only_when_listed(chart)
     assert "WARNING: networkPolicy.consumers" not in notes
     with pytest.raises(Exception, match="consumers"):  # a peer is a selector, not anything
         render(chart, {**base, "networkPolicy": {"consumers": [{"pods": "all"}]}})
+
+
+@pytest.mark.parametrize(
+    ("name", "extra", "secrets"),
+    [
+        ("minimal", [], [f"{RELEASE}-s3"]),
+        ("existing", [], ["my-s3"]),  # a Secret you manage, by its name
+        ("minimal", ["theirs", f"{RELEASE}-s3"], [f"{RELEASE}-s3", "theirs"]),
+        ("irsa", [], []),  # no keys: no Secret to read, and no rule (which would mean all)
+        ("irsa", ["mlpipeline-minio-artifact"], ["mlpipeline-minio-artifact"]),
+    ],
+)
+def test_the_runner_reads_only_the_secrets_it_names(chart, name, extra, secrets):
+    """The runner Role may `get` the S3 Secret KFP's launcher reads and rbac.extraSecrets, by
+    name; no rule grants Secrets without resourceNames (every Secret of the namespace), and the
+    MLflow login and HF token reach tasks as env (kubelet), not through the Role."""
+    values = copy.deepcopy(values_for("minimal" if name == "existing" else name))
+    values.setdefault("rbac", {})["extraSecrets"] = extra
+    if name == "existing":
+        values["s3"]["credentials"] = {"mode": "existingSecret", "existingSecret": "my-s3"}
+    docs = render(chart, values, namespace=NAMESPACES.get(name, NAMESPACE))
+    role = by_kind(docs, "Role")[f"{RELEASE}-runner"]
+    core = [r for r in role["rules"] if "" in r["apiGroups"]]
+    rules = [r for r in core if {"secrets", "*"} & set(r["resources"])]
+    assert [r["resourceNames"] for r in rules] == ([secrets] if secrets else [])
+    assert all(r["verbs"] == ["get"] and r["apiGroups"] == [""] for r in rules)
+    assert not any("*" in r["resources"] and "" in r["apiGroups"] for r in role["rules"])
+    validate_strict(docs)
