@@ -68,7 +68,7 @@ def _every_task(task: dsl.PipelineTask, step: str, cfg: PipelineConfig) -> dsl.P
             backoff_factor=RETRY_BACKOFF_FACTOR,
             backoff_max_duration=f"{k8s.retry_max_duration(step)}s",
         )
-    kubernetes.set_security_context(
+    kubernetes.set_security_context(  # a None uid/gid is left out: the cluster assigns it
         task, run_as_user=k8s.run_as_user, run_as_group=k8s.run_as_group, run_as_non_root=True
     )
     task.set_cpu_request(res.cpu).set_cpu_limit(res.cpu_limit)

@@ -1701,3 +1701,23 @@ def test_the_runner_reads_only_the_secrets_it_names(chart, name, extra, secrets)
     assert all(r["verbs"] == ["get"] and r["apiGroups"] == [""] for r in rules)
     assert not any("*" in r["resources"] and "" in r["apiGroups"] for r in role["rules"])
     validate_strict(docs)
+
+
+def test_pipeline_uid_and_gid_can_be_left_to_openshift(chart, tmp_path):
+    """pipeline.runAsUser/runAsGroup: null (OpenShift's restricted-v2 SCC) render as null in
+    the pipeline config, which compiles without a uid/gid; the default stays 10001:0."""
+    from sparring.loop.config import PipelineConfig
+
+    default = pipeline_config(render(chart, MINIMAL))["kubernetes"]
+    assert (default["run_as_user"], default["run_as_group"]) == (10001, 0)
+    values = copy.deepcopy(MINIMAL)
+    values["pipeline"] = {"runAsUser": None, "runAsGroup": None}
+    rendered = pipeline_config(render(chart, values))
+    assert (rendered["kubernetes"]["run_as_user"], rendered["kubernetes"]["run_as_group"]) == (
+        None,
+        None,
+    )
+    cfg = PipelineConfig.model_validate(rendered)
+    assert cfg.kubernetes.run_as_user is None and cfg.kubernetes.run_as_group is None
+    with pytest.raises(Exception, match="runAsUser"):
+        render(chart, {**MINIMAL, "pipeline": {"runAsUser": 0}})

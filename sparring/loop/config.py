@@ -141,8 +141,12 @@ class KubernetesSettings(_Strict):
     # effects (start, rollout, train, evaluate, register, finish) never cache.
     caching: bool = False
     resources: dict[str, Resources] = Field(default_factory=dict)  # per step: over STEP_RESOURCES
-    run_as_user: int = 10001  # every task's uid (the images' `sparring` user): non-root
-    run_as_group: int = 0  # the images' gid (OpenShift-style group-writable home)
+    # Every task's uid (the images' `sparring` user); None leaves it to the cluster, as
+    # OpenShift's restricted-v2 SCC needs (it assigns a uid from the namespace's range and
+    # rejects any other). Either way the pod must run as non-root.
+    run_as_user: int | None = Field(10001, ge=1)
+    # The images' gid (OpenShift-style group-writable home); None leaves it to the cluster.
+    run_as_group: int | None = Field(0, ge=0)
     image_pull_secrets: list[str] = Field(default_factory=list)  # Secrets for every task's image
     # The run's deadline (with kfp_version 2.17 the Workflow's activeDeadlineSeconds; on 2.16 the
     # cluster's Argo workflowDefaults set it, docs/cluster.md); an MLflow parent run still RUNNING

@@ -5,6 +5,7 @@ over the compiled IR. The whole pipeline under the emulated backend: test_kfp_ba
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 
@@ -217,3 +218,27 @@ def test_register_records_the_image_that_trained_the_model(gpus, tmp_path):
     k8s = cfg.kubernetes
     assert env[TRAINER_IMAGE_ENV] == (k8s.gpu_image if gpus else k8s.image)
     assert k8s.gpu_image.endswith("-gpu") and k8s.image.endswith("-cpu")
+
+
+@pytest.mark.parametrize(
+    ("user", "group", "expected"),
+    [
+        (10001, 0, {"runAsUser": "10001", "runAsGroup": "0", "runAsNonRoot": True}),
+        (None, 0, {"runAsGroup": "0", "runAsNonRoot": True}),  # OpenShift restricted-v2
+        (None, None, {"runAsNonRoot": True}),
+    ],
+)
+def test_a_null_uid_or_gid_is_left_to_the_cluster(user, group, expected, tmp_path):
+    """OpenShift's restricted-v2 SCC assigns each pod a uid from its namespace's range and
+    rejects any other: `run_as_user: null` leaves runAsUser out of every executor's security
+    context (non-root stays required)."""
+    cfg = gpu_cfg(iterations=1, kubernetes__run_as_user=user, kubernetes__run_as_group=group)
+    _, platform = yaml.safe_load_all(
+        Path(compile_pipeline(cfg, str(tmp_path / "p.yaml"))).read_text()
+    )
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    assert {json.dumps(e["securityContext"], sort_keys=True) for e in executors.values()} == {
+        json.dumps(expected, sort_keys=True)
+    }
+    with pytest.raises(ValidationError, match="run_as_user"):
+        gpu_cfg(kubernetes__run_as_user=0)  # root is never a choice

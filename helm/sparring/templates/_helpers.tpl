@@ -382,7 +382,9 @@ tracking, images and GPU placement this chart owns.
   "s3_secret" (include "sparring.s3SecretName" . | default nil)
   "shm_size" ($p.gpu.shmSize | default nil)
   "retries" (int $p.retries)
-  "caching" $p.caching }}
+  "caching" $p.caching
+  "run_as_user" $p.runAsUser
+  "run_as_group" $p.runAsGroup }}
 {{- with include "sparring.hfSecretName" . }}{{ $_ := set $k8s "hf_secret" . }}{{ end }}
 {{- with include "sparring.mlflowAuthSecretName" . }}{{ $_ := set $k8s "mlflow_secret" . }}{{ end }}
 {{- if .Values.modelCache.enabled }}{{ $_ := set $k8s "model_cache_pvc" (printf "%s-model-cache" (include "sparring.fullname" .)) }}{{ end }}
