@@ -7,10 +7,17 @@ lookups (`champion`, `resolve_model_uri`) are `sparring.registry`.
         train(..., on_step=run.step_logger(0))     # train/* per optimizer step, while it runs
         run.log_dataset(0, "s3://sparring/runs/run-1/inits/train.parquet", "game-init-train")
 
-`MLFLOW_TRACKING_URI` picks the server (default `sqlite:///mlflow.db`). `MLFLOW_RUN_ID`, which
-KFP 2.17's MLflow plugin sets to a nested run per task, is not used as the parent. A server
+`MLFLOW_TRACKING_URI` picks the server (default `sqlite:///mlflow.db`). A server
 behind MLflow's basic-auth app takes `MLFLOW_TRACKING_USERNAME` / `MLFLOW_TRACKING_PASSWORD`
 from the environment; they are never logged (params come from the config, which holds none).
+
+KFP 2.17's MLflow plugin, when on, injects into every task `MLFLOW_RUN_ID` (a nested run per
+task: never used as the parent), `MLFLOW_EXPERIMENT_ID` (unused: the config names the
+experiment), `MLFLOW_TRACKING_URI` (used only when the config sets no `tracking_uri`) and
+`MLFLOW_TRACKING_AUTH=kubernetes` (or `kubernetes-namespaced` with `MLFLOW_WORKSPACE`), under
+which MLflow's client sends the service-account token instead of the basic-auth login. When
+Sparring's own login is set (`MLFLOW_TRACKING_USERNAME`), `connect` removes those two, so the
+login is what the server sees; without it the plugin's auth stays.
 Browse with `mlflow ui --backend-store-uri sqlite:///mlflow.db`.
 """
 
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -35,6 +43,8 @@ ITERATION_TAG = "sparring.iteration"
 CHECKPOINT_TAG = "sparring.checkpoint"  # a version's verified storage URI (sparring.registry)
 RUN_TAG = "run"  # a version's pipeline run (the storage key `<root>/<run>`)
 _PARAM_MAX = 6000  # MLflow's limit on a param value
+# What KFP 2.17's MLflow plugin sets MLFLOW_TRACKING_AUTH to (it then drops basic auth).
+PLUGIN_AUTH = ("kubernetes", "kubernetes-namespaced")
 
 
 class TrackingUnavailableError(RuntimeError):
@@ -49,6 +59,7 @@ def connect(config: TrackingConfig | None = None) -> MlflowClient:
     """
     config = config or TrackingConfig()
     uri = config.resolved_uri()
+    _login_over_plugin_auth()
     if uri.startswith(("http://", "https://")):
         try:
             requests.get(
@@ -63,6 +74,20 @@ def connect(config: TrackingConfig | None = None) -> MlflowClient:
     elif uri.startswith("sqlite:///"):
         Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def _login_over_plugin_auth() -> None:
+    """With Sparring's login set, drop the KFP MLflow plugin's Kubernetes auth from this
+    process's environment (MLflow's client would send the token instead of the login)."""
+    auth = os.environ.get("MLFLOW_TRACKING_AUTH")
+    if os.environ.get("MLFLOW_TRACKING_USERNAME") and auth in PLUGIN_AUTH:
+        print(
+            f"MLflow: MLFLOW_TRACKING_AUTH={auth} (KFP's MLflow plugin) ignored: logging in as "
+            "$MLFLOW_TRACKING_USERNAME (kubernetes.mlflow_secret)",
+            file=sys.stderr,
+        )
+        for name in ("MLFLOW_TRACKING_AUTH", "MLFLOW_WORKSPACE"):
+            os.environ.pop(name, None)
 
 
 def _basic_auth() -> tuple[str, str] | None:

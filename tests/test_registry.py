@@ -327,6 +327,48 @@ def test_basic_auth_needs_the_login_which_never_reaches_mlflow_or_logs(
         mlflow.artifacts.download_artifacts(uri, dst_path=str(tmp_path / "denied"))
 
 
+def test_the_login_wins_over_the_kfp_mlflow_plugins_injected_auth(
+    cfg, auth_server, tiny_model_dir, monkeypatch
+):
+    """KFP 2.17's MLflow plugin injects MLFLOW_RUN_ID, MLFLOW_EXPERIMENT_ID, its own
+    MLFLOW_TRACKING_URI and MLFLOW_TRACKING_AUTH=kubernetes(-namespaced) + MLFLOW_WORKSPACE
+    into every task (kubeflow/pipelines backend/src/v2 MLflow plugin). Under that auth MLflow's
+    client stops sending the basic-auth login; with the login set, Sparring's tasks drop the
+    plugin's auth and log and register as that user; the config's tracking_uri beats the
+    plugin's URI, and the plugin's run and experiment are not used."""
+    tracking = cfg.tracking.model_copy(update={"tracking_uri": auth_server.url})
+    cfg = cfg.model_copy(update={"tracking": tracking})
+    user, password = auth_server.admin
+    plugin = {
+        "MLFLOW_TRACKING_AUTH": "kubernetes-namespaced",
+        "MLFLOW_WORKSPACE": "team-a",
+        "MLFLOW_TRACKING_URI": "http://mlflow.kubeflow.invalid:8080",
+        "MLFLOW_RUN_ID": uuid.uuid4().hex,
+        "MLFLOW_EXPERIMENT_ID": "424242",
+    }
+    for key, value in {**plugin, "MLFLOW_TRACKING_USERNAME": user}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", password)
+    # what the plugin's variable does to MLflow's own client: the login is not sent
+    with pytest.raises(Exception):  # noqa: B017 - no kube credentials here, or a 401
+        mlflow.MlflowClient(auth_server.url).search_experiments()
+    parent = tasks.start(cfg, "job-plugin", "job")[1]
+    assert "MLFLOW_TRACKING_AUTH" not in os.environ and "MLFLOW_WORKSPACE" not in os.environ
+    done = tasks.register(cfg, parent, "job-plugin", 0, str(tiny_model_dir), EVALS)
+    client = connect(cfg.tracking)
+    run = client.get_run(parent)
+    assert run.info.run_id != os.environ["MLFLOW_RUN_ID"]
+    assert run.info.experiment_id != plugin["MLFLOW_EXPERIMENT_ID"]
+    assert client.get_model_version(cfg.registered_model, done.version).run_id
+    # without Sparring's login the plugin's auth is left as it is (a Kubernetes-auth server)
+    monkeypatch.delenv("MLFLOW_TRACKING_USERNAME")
+    monkeypatch.setenv("MLFLOW_TRACKING_AUTH", "kubernetes")
+    from sparring.tracking import _login_over_plugin_auth
+
+    _login_over_plugin_auth()
+    assert os.environ["MLFLOW_TRACKING_AUTH"] == "kubernetes"
+
+
 def documented_loaders() -> list[str]:
     """The python blocks of docs/pipeline.md's registry section, as written."""
     import re
