@@ -21,7 +21,8 @@ smallest k, whose stored checkpoint it loads. With
 `verl.n_gpus_per_node` GPUs plays and trains inside verl (sparring.loop.verl_task). With
 `rollout.shards: N` each rollout is N shard tasks in a `ParallelFor` (one slice of the initial
 states each, `kubernetes.rollout_gpus` apiece) and a merge task (sparring.loop.shards).
-The IR grows by about 30 KB per iteration: for long campaigns use `pipelines.driver`, one run per block.
+Every iteration grows the IR and the Argo Workflow made of it (docs/results.md#compiled-ir-size):
+`sparring.pipelines.workflow_size` caps iterations per run, `pipelines.driver` runs campaigns.
 """
 
 from typing import NamedTuple

@@ -3,13 +3,18 @@
     .venv/bin/python -m sparring.pipelines.workflow_size configs/pipeline-gpu.yaml configs/pipeline.yaml
 
 The loop is unrolled at compile time, so every iteration adds tasks to the compiled pipeline (the
-IR) and, on a KFP cluster, to the Argo `Workflow` object the API server creates from it. That
-object must stay under **1 MiB** (`LIMIT`): Argo's workflow controller gzips `status.nodes`
-above its `maxWorkflowSize` (1 MiB) and fails the run when the compressed object is still over
-it, unless node-status offloading to a database is on; the API server's etcd refuses any
-object over its default `--max-request-bytes` (1.5 MiB), which an uncompressed Workflow hits
-when KFP retries a run (kubeflow/pipelines#13738). Staying under 1 MiB uncompressed avoids all
-three.
+IR) and, on a KFP cluster, to the Argo `Workflow` object the API server creates from it. Two
+limits bound that object:
+
+- **A run fails** (`LIMIT`, 1 MiB): above its `maxWorkflowSize` Argo's workflow controller
+  gzips `status.nodes` into `status.compressedNodes`, and fails the run ("workflow is longer
+  than maximum allowed size") when the object is still over it, unless node-status offloading
+  to a database is on. `max_iterations` keeps the stored object (compressed where Argo would
+  compress it) under 90% of this: the cap, above which `sparring submit` splits a run.
+- **A run can't be retried from the KFP UI** (`RETRY_LIMIT`, 1.5 MiB): a retry writes the whole
+  uncompressed Workflow back, which etcd refuses past its default `--max-request-bytes`
+  (kubeflow/pipelines#13738). `retryable_iterations` keeps the uncompressed object under 90%
+  of this; `sparring submit` warns past it (`--block` keeps each run retryable).
 
 The estimate (read from kubeflow/pipelines 2.16.0 and 2.17.0, backend/src/v2/compiler/
 argocompiler and backend/src/v2/driver, and Argo's workflow/controller/operator.go):
@@ -30,20 +35,25 @@ argocompiler and backend/src/v2/driver, and Argo's workflow/controller/operator.
 3. Values nest as JSON strings inside JSON strings, so each level escapes the quotes again;
    the estimate builds these documents and measures `json.dumps` of the whole object.
 
+4. **Compression.** Argo's compressed form is the status nodes' JSON, gzipped and base64'd; the
+   estimate does the same. gzip's 32 KB window finds the repeats within a task's nodes, not
+   across tasks, so the compressed object still grows with every iteration.
+
 `measure()` compiles the config at 1 and 2 iterations with the real KFP compiler (seconds),
-estimates both Workflows, and takes the difference as the per-iteration growth; `max_iterations`
-is the most iterations whose estimate stays under (1 - `MARGIN`) x `LIMIT`, and at least 1. The
-10% margin (about 100 KB) covers what the estimate leaves out: retried attempts (one more pod
-node with its patch each, about 17 KB for configs/pipeline-gpu.yaml), Argo's per-node messages
-and log artifacts, fields KFP adds between releases. Past the limit a run does not fail at
-once (Argo compresses the status), but it can't be retried from the KFP UI past 1.5 MiB.
+estimates both Workflows, and takes the differences as the per-iteration growth (of the whole
+and of the compressed object). The 10% margin covers what the estimate leaves out: retried
+attempts (one more pod node with its patch each, about 17 KB uncompressed for
+configs/pipeline-gpu.yaml), Argo's per-node messages and log artifacts, fields KFP adds
+between releases.
 Where the Workflow's bytes go, the growth and the caps of the shipped configs:
 docs/results.md#compiled-ir-size.
 """
 
 from __future__ import annotations
 
+import base64
 import functools
+import gzip
 import hashlib
 import itertools
 import json
@@ -61,6 +71,7 @@ from sparring.loop.config import PipelineConfig
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: 100x faster on the IR
 LIMIT = 1024 * 1024  # bytes: Argo's maxWorkflowSize (status.nodes compressed above it)
+RETRY_LIMIT = 1_572_864  # bytes: etcd's default --max-request-bytes (a retry from the KFP UI)
 MARGIN = 0.10  # fraction of LIMIT kept free for what the estimate leaves out
 WORKFLOW = "sparring-selfplay-x7k2q"  # a generated Workflow name (generateName + 5 chars)
 UID = "0b9e4f7c-3d1a-4c55-9a8e-2f6d1b7c8e90"  # a run / execution uuid
@@ -71,23 +82,43 @@ RETRY_PARAMS = ("retry-max-count", "retry-backoff-duration", "retry-backoff-fact
 
 
 class Growth(NamedTuple):
-    """Bytes of the compiled IR and of the estimated Workflow at 1 iteration, and per iteration."""
+    """Bytes of the compiled IR and of the estimated Workflow (whole, and as Argo stores it with
+    its status compressed) at 1 iteration, and per added iteration."""
 
     ir_base: int  # IR YAML bytes at 1 iteration
     ir_per_iteration: int  # IR growth per added iteration
     workflow_base: int  # estimated Workflow JSON bytes at 1 iteration
     workflow_per_iteration: int  # estimated Workflow growth per added iteration
+    compressed_base: int  # the same Workflow with status.nodes gzipped, at 1 iteration
+    compressed_per_iteration: int  # its growth per added iteration
 
     def workflow_bytes(self, iterations: int) -> int:
-        """The estimated Workflow of a run of `iterations`, by the measured growth."""
+        """The estimated Workflow of a run of `iterations`, uncompressed."""
         return self.workflow_base + (iterations - 1) * self.workflow_per_iteration
 
+    def stored_bytes(self, iterations: int, limit: int = LIMIT) -> int:
+        """The object Argo stores: compressed when the whole is over `limit`."""
+        whole = self.workflow_bytes(iterations)
+        if whole <= limit:
+            return whole
+        return self.compressed_base + (iterations - 1) * self.compressed_per_iteration
+
     def cap(self, limit: int = LIMIT, margin: float = MARGIN) -> int:
-        """The most iterations whose Workflow stays within (1 - margin) x limit; 0 if none."""
-        budget = limit * (1 - margin)
-        if self.workflow_base > budget:
-            return 0
-        return 1 + math.floor((budget - self.workflow_base) / self.workflow_per_iteration)
+        """The most iterations whose stored Workflow stays within (1 - margin) x limit (a run
+        past it fails); 0 if none."""
+        return _most(self.compressed_base, self.compressed_per_iteration, limit * (1 - margin))
+
+    def retryable(self, limit: int = RETRY_LIMIT, margin: float = MARGIN) -> int:
+        """The most iterations whose whole Workflow stays within (1 - margin) x limit (a run
+        past it can't be retried from the KFP UI); 0 if none."""
+        return _most(self.workflow_base, self.workflow_per_iteration, limit * (1 - margin))
+
+
+def _most(base: int, per_iteration: int, budget: float) -> int:
+    """The most n >= 1 with base + (n - 1) x per_iteration <= budget; 0 if not even one."""
+    if base > budget:
+        return 0
+    return 1 + math.floor((budget - base) / per_iteration)
 
 
 def _dumps(obj) -> str:
@@ -232,6 +263,21 @@ def _pod_spec_patch(name, task, component, container, k8s, root_defaults) -> str
 def estimate_workflow_bytes(package: str | Path) -> int:
     """Bytes of the Argo Workflow (JSON, spec and the status of a finished run) that KFP's v2
     backend makes of the compiled pipeline `package`, by the model in the module docstring."""
+    return len(_dumps(_workflow(package)).encode())
+
+
+def compressed_workflow_bytes(package: str | Path) -> int:
+    """Bytes of the same Workflow with `status.nodes` moved into `status.compressedNodes`
+    (gzip, then base64), as Argo stores an object over its size limit."""
+    workflow = _workflow(package)
+    nodes = workflow["status"].pop("nodes")
+    packed = base64.b64encode(gzip.compress(_dumps(nodes).encode()))
+    workflow["status"]["compressedNodes"] = packed.decode()
+    return len(_dumps(workflow).encode())
+
+
+def _workflow(package: str | Path) -> dict:
+    """The estimated Workflow object of the compiled pipeline `package`, as a dict."""
     docs = list(yaml.load_all(Path(package).read_text(), Loader=_LOADER))
     ir = docs[0]
     platform = docs[1] if len(docs) > 1 else {}
@@ -316,7 +362,7 @@ def estimate_workflow_bytes(package: str | Path) -> int:
         },
         "status": {"phase": "Succeeded", "startedAt": TIME, "finishedAt": TIME, "nodes": nodes},
     }
-    return len(_dumps(workflow).encode())
+    return workflow
 
 
 # Bytes of the fixed part of a KFP v2 Workflow: its driver, executor and launcher templates,
@@ -339,9 +385,15 @@ def _measure(cfg_json: str) -> Growth:
         for n in (1, 2):
             part = cfg.model_copy(update={"iterations": n})
             package = compile_pipeline(part, str(Path(tmp) / f"pipeline-{n}.yaml"))
-            sizes.append((Path(package).stat().st_size, estimate_workflow_bytes(package)))
-    (ir1, wf1), (ir2, wf2) = sizes
-    return Growth(ir1, ir2 - ir1, wf1, wf2 - wf1)
+            sizes.append(
+                (
+                    Path(package).stat().st_size,
+                    estimate_workflow_bytes(package),
+                    compressed_workflow_bytes(package),
+                )
+            )
+    (ir1, wf1, c1), (ir2, wf2, c2) = sizes
+    return Growth(ir1, ir2 - ir1, wf1, wf2 - wf1, c1, c2 - c1)
 
 
 def max_iterations(cfg: PipelineConfig, limit: int = LIMIT, margin: float = MARGIN) -> int:
@@ -352,12 +404,18 @@ def max_iterations(cfg: PipelineConfig, limit: int = LIMIT, margin: float = MARG
     if cap < 1:
         warnings.warn(
             f"{cfg.name}: one iteration's Argo Workflow is estimated at "
-            f"{growth.workflow_base:,} bytes, over {1 - margin:.0%} of {limit:,}; runs of one "
-            "iteration each may still pass the limit (a shorter config, or fewer retries, "
-            "shrinks every task's pod-spec patch)",
+            f"{growth.stored_bytes(1, limit):,} bytes as stored, over {1 - margin:.0%} of "
+            f"{limit:,}; runs of one iteration each may still fail (a shorter config, or fewer "
+            "retries, shrinks every task's pod-spec patch)",
             stacklevel=2,
         )
     return max(cap, 1)
+
+
+def retryable_iterations(cfg: PipelineConfig) -> int:
+    """The most iterations a run of `cfg` may hold and still be retried from the KFP UI (at
+    least 1; see the module docstring)."""
+    return max(measure(cfg).retryable(), 1)
 
 
 def main(paths: list[str]) -> None:
@@ -367,8 +425,9 @@ def main(paths: list[str]) -> None:
         g = measure(cfg)
         print(
             f"{path}: IR {g.ir_base:,} B + {g.ir_per_iteration:,} B/iteration; Workflow "
-            f"{g.workflow_base:,} B + {g.workflow_per_iteration:,} B/iteration; "
-            f"cap {g.cap()} iterations per run"
+            f"{g.workflow_base:,} B + {g.workflow_per_iteration:,} B/iteration, compressed "
+            f"{g.compressed_base:,} B + {g.compressed_per_iteration:,} B/iteration; cap "
+            f"{g.cap()} iterations per run, retryable from the UI up to {g.retryable()}"
         )
 
 

@@ -154,8 +154,10 @@ def test_learning_bench_runs_the_product_loop_per_training_seed(tiny_model_dir, 
 
 def test_learning_bench_real_model(smollm2_dir, tmp_path):
     """bench/learning.py on the SmolLM2 recipe (LoRA warm start, one GRPO iteration)."""
-    sets = smoke_args(f"model={smollm2_dir}", "games_per_iteration=8", "train.mini_batch_size=2")
-    sets += ["--set", "train.micro_batch_size=1", "--set", "warm_start.train.micro_batch_size=1"]
+    sets = smoke_args(f"model={smollm2_dir}", "games_per_iteration=4", "rollout.games_per_init=2")
+    sets += smoke_args("game_init.num_val=1", "game_init.num_test=1", "warm_start.num_states=2")
+    sets += smoke_args("train.mini_batch_size=2", "train.micro_batch_size=1")
+    sets += ["--set", "warm_start.train.micro_batch_size=1"]
     config = str(ROOT / "configs" / "pipeline-smollm2.yaml")
     results = bench_results("learning.py", "--config", config, *sets, "--out", str(tmp_path))
     assert list(results) == ["learning_gain"] and abs(results["learning_gain"]) <= 1

@@ -46,28 +46,37 @@ def command(
     """Upload (or version) the pipeline and create a run through kfp.Client.
 
     One run holds at most the per-run cap of iterations (the unrolled pipeline's Argo Workflow
-    must stay under 1 MiB; sparring.pipelines.workflow_size estimates it from two compiles). A
-    config with more iterations, or --campaign N, runs as a campaign: consecutive runs of --block
-    iterations, each waited for, every run after the first starting from the MLflow champion
-    (models:/<registered_model>@champion), all under one campaign id.
+    must stay under 1 MiB as Argo stores it; sparring.pipelines.workflow_size estimates it from
+    two compiles). A config with more iterations, or --campaign N, runs as a campaign:
+    consecutive runs of --block iterations, each waited for, every run after the first starting
+    from the MLflow champion (models:/<registered_model>@champion), all under one campaign id.
+    A run longer than the KFP UI can retry (etcd's 1.5 MiB) is submitted with a warning.
     """
     import kfp
 
     from sparring.loop.config import DEFAULT_CONFIG, PipelineConfig
     from sparring.pipelines.driver import campaign as run_campaign
     from sparring.pipelines.driver import submit
-    from sparring.pipelines.workflow_size import max_iterations
+    from sparring.pipelines.workflow_size import max_iterations, retryable_iterations
 
     cfg = load_config(PipelineConfig, config or str(DEFAULT_CONFIG), {"run_name": run_name})
     cap = max_iterations(cfg)
     if block is not None and block > cap:
         raise click.BadParameter(
             f"{block} iterations per run is over the cap of {cap} for {cfg.name} (its Argo "
-            f"Workflow would pass 1 MiB): give --block {cap} or less, or leave it out",
+            f"Workflow would pass 1 MiB as stored): give --block {cap} or less, or leave it out",
             param_hint="--block",
         )
     block = block or cap
     total = campaign or cfg.iterations
+    retryable = retryable_iterations(cfg)
+    if min(block, total) > retryable:
+        click.echo(
+            f"warning: a run of {min(block, total)} iterations can't be retried from the KFP UI "
+            f"(its Workflow passes etcd's 1.5 MiB, kubeflow/pipelines#13738); --campaign "
+            f"{total} --block {retryable} keeps each run retryable",
+            err=True,
+        )
     client = kfp.Client(host=host, namespace=namespace)
     if campaign or total > block:
         if not campaign:

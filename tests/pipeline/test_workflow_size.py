@@ -1,8 +1,9 @@
 """The per-run iteration cap (sparring.pipelines.workflow_size) and `sparring submit` splitting a
 longer run into a campaign of blocks no larger than it.
 
-The cap comes from two real compiles of a shipped config; a compile at the cap must estimate
-under the budget and one at cap + 1 over it, so the cap, the growth and the estimate agree.
+The cap (a run past it fails) and the retryable length (a run past it can't be retried from the
+KFP UI) come from two real compiles of a config; compiles at each bound and one past it must
+fall either side of the budget, so the bounds, the growth and the estimate agree.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from sparring.pipelines import workflow_size
 from sparring.pipelines.selfplay import compile_pipeline
 from sparring.pipelines.workflow_size import (
     Growth,
+    compressed_workflow_bytes,
     estimate_workflow_bytes,
     max_iterations,
     measure,
+    retryable_iterations,
 )
 from test_run_identity import FakeKfp
 
@@ -34,31 +37,54 @@ def shipped(name: str) -> PipelineConfig:
 
 
 def test_cap_from_the_growth_by_hand():
-    # budget 0.9 x 1,000,000 = 900,000; 500,000 + 2 x 200,000 = 900,000 fits, a 4th doesn't
-    g = Growth(ir_base=0, ir_per_iteration=0, workflow_base=500_000, workflow_per_iteration=200_000)
-    assert g.cap(limit=1_000_000, margin=0.1) == 3
+    # whole: 500,000 + 200,000/it.; compressed: 100,000 + 20,000/it.; limits 1,000,000 x 0.9
+    g = Growth(0, 0, 500_000, 200_000, 100_000, 20_000)
+    assert g.retryable(limit=1_000_000, margin=0.1) == 3  # 500,000 + 2 x 200,000 = 900,000
     assert g.workflow_bytes(3) == 900_000
-    assert Growth(0, 0, 950_000, 1).cap(limit=1_000_000, margin=0.1) == 0  # 1 doesn't fit
+    assert g.stored_bytes(3, limit=1_000_000) == 900_000  # under the limit: not compressed
+    assert g.stored_bytes(4, limit=1_000_000) == 160_000  # over: Argo compresses the status
+    assert g.cap(limit=1_000_000, margin=0.1) == 41  # 100,000 + 40 x 20,000 = 900,000
+    assert Growth(0, 0, 950_000, 1, 950_000, 1).cap(limit=1_000_000, margin=0.1) == 0
 
 
-# the GPU example (torch backend, cap 1) and verl's (fewer tasks per iteration, cap above 1)
-@pytest.mark.parametrize("name", ["pipeline-gpu.yaml", "examples/verl.yaml"])
-def test_the_cap_of_a_shipped_config_matches_compiles_at_cap_and_cap_plus_one(name, tmp_path):
-    cfg = shipped(name)
+def test_the_gpu_configs_cap_matches_compiles_at_cap_and_cap_plus_one(tmp_path):
+    """The cap (a run past it fails) from two compiles agrees with real compiles at the cap and
+    one past it; the linear extrapolation matches both to 1%."""
+    cfg = shipped("pipeline-gpu.yaml")
     growth = measure(cfg)
     cap = max_iterations(cfg)
-    assert cap >= 1 and cap == growth.cap()
+    assert cap == growth.cap() > cfg.iterations  # the shipped 10 iterations fit one run
     # each iteration adds 3-4 tasks, each holding its pod-spec patch several times over
     assert growth.workflow_per_iteration > 4 * growth.ir_per_iteration > 0
+    assert growth.compressed_per_iteration < growth.workflow_per_iteration / 4  # gzip
     sizes = {}
     for n in (cap, cap + 1):
         package = compile_pipeline(
             cfg.model_copy(update={"iterations": n}), str(tmp_path / f"{n}.yaml")
         )
-        sizes[n] = estimate_workflow_bytes(package)
-        # the growth is linear: the two-compile extrapolation matches a real compile to 1%
-        assert sizes[n] == pytest.approx(growth.workflow_bytes(n), rel=0.01)
+        sizes[n] = compressed_workflow_bytes(package)
+        assert sizes[n] == pytest.approx(growth.stored_bytes(n), rel=0.01)
     assert sizes[cap] <= BUDGET < sizes[cap + 1]
+
+
+# the GPU example (torch backend) and verl's (fewer tasks per iteration, more per run)
+@pytest.mark.parametrize("name", ["pipeline-gpu.yaml", "examples/verl.yaml"])
+def test_the_retryable_runs_of_a_shipped_config_match_compiles(name, tmp_path):
+    """A run of `retryable_iterations` stays under etcd's 1.5 MiB uncompressed (a retry from the
+    KFP UI writes it back whole), one more iteration passes it."""
+    cfg = shipped(name)
+    growth = measure(cfg)
+    n = retryable_iterations(cfg)
+    assert n == growth.retryable() >= 1
+    budget = workflow_size.RETRY_LIMIT * (1 - workflow_size.MARGIN)
+    sizes = {}
+    for k in (n, n + 1):
+        package = compile_pipeline(
+            cfg.model_copy(update={"iterations": k}), str(tmp_path / f"{k}.yaml")
+        )
+        sizes[k] = estimate_workflow_bytes(package)
+        assert sizes[k] == pytest.approx(growth.workflow_bytes(k), rel=0.01)
+    assert sizes[n] <= budget < sizes[n + 1]
 
 
 def test_the_estimate_grows_with_the_config_every_task_receives(tmp_path):
@@ -124,9 +150,18 @@ def test_submit_keeps_a_run_within_the_cap_whole_and_refuses_a_larger_block(tmp_
     ok = CliRunner().invoke(submit_cli.command, ["--host", "http://kfp", "--config", str(config)])
     assert ok.exit_code == 0, ok.output
     assert "created run kfp-run-1" in ok.output and len(client.runs) == 1
+    assert "warning" not in ok.output  # one iteration: retryable from the UI
+
+    probe = PipelineConfig.model_validate(yaml.safe_load(config.read_text()))
+    longer = tiny_config(tmp_path, retryable_iterations(probe) + 1)  # within the cap
+    warned = CliRunner().invoke(
+        submit_cli.command, ["--host", "http://kfp", "--config", str(longer)]
+    )
+    assert warned.exit_code == 0 and len(client.runs) == 2  # one more run, whole
+    assert "can't be retried from the KFP UI" in warned.output
 
     cap = max_iterations(PipelineConfig.model_validate(yaml.safe_load(config.read_text())))
     args = ["--host", "http://kfp", "--config", str(config), "--campaign", "9"]
     bad = CliRunner().invoke(submit_cli.command, [*args, "--block", str(cap + 1)])
     assert bad.exit_code == 2 and f"over the cap of {cap}" in bad.output
-    assert len(client.runs) == 1  # nothing submitted
+    assert len(client.runs) == 2  # nothing more submitted
