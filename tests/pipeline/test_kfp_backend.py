@@ -18,7 +18,7 @@ from sparring.loop.config import PipelineConfig
 from sparring.registry import resolve_model_uri
 from sparring.tracking import ITERATION_TAG, connect
 
-# kfp.local's run (shared with test_pipeline_e2e) and 3 backend runs: ~45 task processes.
+# kfp.local's run (shared with test_pipeline_e2e) and 2 backend runs: ~35 task processes.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 SIDE_EFFECTS = ("start", "rollout", "train", "evaluate", "register", "finish")
@@ -47,13 +47,13 @@ def versions(client, name: str) -> list:
 
 
 @pytest.fixture(scope="module")
-def two_runs(tiny_run, s3_server, tmp_path_factory):
-    """The tiny pipeline's kfp.local run (conftest), then two backend runs displayed as
-    "nightly", keyed on their run ids (no `run_name`), registering one model: the first, of
-    the same config with 2 retries per task, retries each side-effect task once after it
-    succeeded (iteration 0's for the per-iteration ones) and has register-1's first pod killed
-    right after it registered the checkpoint (Argo retries it); the second plays one iteration
-    (to keep the suite short)."""
+def backend_run(tiny_run, s3_server, tmp_path_factory):
+    """The tiny pipeline's kfp.local run (conftest), then a backend run of the same config
+    with 2 retries per task, displayed as "nightly" and keyed on its run id (no `run_name`):
+    it retries each side-effect task once after it succeeded (iteration 0's for the
+    per-iteration ones) and has register-1's first pod killed right after it registered the
+    checkpoint (Argo retries it). Two runs of one display name: tests/pipeline/
+    test_run_identity.py."""
     local_cfg, local = tiny_run
     k8s = local_cfg.kubernetes.model_copy(update={"retries": 2})
     cfg = local_cfg.model_copy(
@@ -68,17 +68,15 @@ def two_runs(tiny_run, s3_server, tmp_path_factory):
     a = backend(cfg, s3_server, tmp / "a").run(
         str(uuid.uuid4()), "nightly", retry=retry, fail={"register-1": CRASH}
     )
-    one = cfg.model_copy(update={"iterations": 1})
-    b = backend(one, s3_server, tmp / "b").run(str(uuid.uuid4()), "nightly")
-    return cfg, local_cfg, local, a, b, retry
+    return cfg, local_cfg, local, a, retry
 
 
 def _by_name(result) -> dict:
     return {run.name: run for run in result.tasks.values()}
 
 
-def test_backend_run_registers_what_kfp_local_registers(two_runs):
-    cfg, local_cfg, local, a, _, _ = two_runs
+def test_backend_run_registers_what_kfp_local_registers(backend_run):
+    cfg, local_cfg, local, a, _ = backend_run
     client = connect(cfg.tracking)
     assert a.state == "COMPLETE", _failure(a)
     ours = versions(client, cfg.registered_model)[:2]
@@ -101,8 +99,8 @@ def test_backend_run_registers_what_kfp_local_registers(two_runs):
     assert f"v{champion.version}" in summary.log and parent.info.run_id in summary.log
 
 
-def test_the_backend_executor_input_is_what_the_launcher_writes(two_runs):
-    _, _, _, a, _, _ = two_runs
+def test_the_backend_executor_input_is_what_the_launcher_writes(backend_run):
+    _, _, _, a, _ = backend_run
     tasks = _by_name(a)
     consumed = tasks["register-0"].executor_input["inputs"]["artifacts"]["eval_metrics"]
     metadata = consumed["artifacts"][0]["metadata"]
@@ -112,8 +110,8 @@ def test_the_backend_executor_input_is_what_the_launcher_writes(two_runs):
     assert status["state"] == "COMPLETE"
 
 
-def test_every_side_effect_task_retried_once_duplicates_nothing(two_runs):
-    cfg, _, _, a, _, retry = two_runs
+def test_every_side_effect_task_retried_once_duplicates_nothing(backend_run):
+    cfg, _, _, a, retry = backend_run
     tasks = _by_name(a)
     steps = {name.rsplit("-", 1)[0] for name in retry}
     assert steps == set(SIDE_EFFECTS) and all(tasks[name].tries == 2 for name in retry)
@@ -136,12 +134,12 @@ def test_every_side_effect_task_retried_once_duplicates_nothing(two_runs):
     assert sorted(m.step for m in history) == [0, 1]  # no duplicate metric points
 
 
-def test_a_task_killed_mid_way_is_retried_and_loses_nothing(two_runs):
+def test_a_task_killed_mid_way_is_retried_and_loses_nothing(backend_run):
     """register-1's first pod dies after registering (exit 137, nothing after it logged) at its
     timeout on Argo's clock; its backoffMaxDuration, counted from that first start, leaves the
     retry its whole timeout. The retry finds the version (no duplicate: the test above) and
     logs what the first pod never did: the iteration's artifacts and datasets, its run closed."""
-    cfg, _, _, a, _, _ = two_runs
+    cfg, _, _, a, _ = backend_run
     register = _by_name(a)["register-1"]
     first, second = register.attempts
     assert first.failed and not second.failed and register.returncode == 0
@@ -163,33 +161,8 @@ def test_a_task_killed_mid_way_is_retried_and_loses_nothing(two_runs):
     assert client.get_run(child.info.run_id).inputs.dataset_inputs  # samples, game-init
 
 
-def test_two_runs_with_the_same_display_name_do_not_collide(two_runs, s3_server):
-    cfg, _, _, a, b, _ = two_runs
-    assert b.state == "COMPLETE", _failure(b)
-    client = connect(cfg.tracking)
-    ids = [
-        _by_name(r)["start"].executor_input["inputs"]["parameterValues"]["job_id"] for r in (a, b)
-    ]
-    both = versions(client, cfg.registered_model)
-    assert len(both) == 3
-    sources = [
-        resolve_model_uri(f"models:/{cfg.registered_model}/{v.version}", client) for v in both
-    ]
-    expected = [
-        f"{cfg.storage.root}/{j}/{i}/checkpoint"
-        for j, n in zip(ids, (2, 1), strict=True)
-        for i in range(n)
-    ]
-    assert sources == expected
-    for uri in sources:  # every version still points at complete, unchanged weights
-        storage.verify(uri, s3_config(s3_server), deep=True)
-    parents = [runs.find_parent(cfg, client, j) for j in ids]
-    assert parents[0].info.run_id != parents[1].info.run_id
-    assert {p.data.tags["kfp.run_name"] for p in parents} == {"nightly"}
-
-
-def test_the_mlflow_plugins_task_run_is_not_the_parent(two_runs):
-    cfg, _, _, a, _, _ = two_runs
+def test_the_mlflow_plugins_task_run_is_not_the_parent(backend_run):
+    cfg, _, _, a, _ = backend_run
     client = connect(cfg.tracking)
     plugin = client.get_experiment_by_name("kfp-plugin").experiment_id
     injected = {r.info.run_id for r in client.search_runs([plugin])}

@@ -93,3 +93,31 @@ def test_two_campaigns_never_share_storage_and_past_k_stays_in_its_campaign(tmp_
         uri, folder = past["past-1"]
         assert uri == run_uri(cfg, key, 0, "checkpoint")
         assert (Path(folder) / "weights.txt").read_text() == key
+
+
+def test_two_runs_with_one_display_name_get_their_own_parent_and_storage(tmp_path):
+    """Two KFP runs shown as "nightly" (run ids differ): each `start` opens its own MLflow
+    parent run, tagged with its run id and the display name, and stores its config under its
+    own key; a retried `start` of the first finds its parent again."""
+    from sparring.loop import runs
+    from sparring.tracking import connect
+
+    cfg = PipelineConfig.model_validate(
+        {
+            "name": "nightly",
+            "iterations": 1,
+            "games_per_iteration": 4,
+            "game_init": {"num_train": 4, "num_val": 1},
+            "storage": {"root": str(tmp_path / "store")},
+            "tracking": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"},
+        }
+    )
+    first, second = (tasks.start(cfg, job, "nightly") for job in ("kfp-run-a", "kfp-run-b"))
+    assert first[0] == "kfp-run-a" and second[0] == "kfp-run-b"  # storage keys
+    assert first[1] != second[1]  # parent runs
+    client = connect(cfg.tracking)
+    for (key, parent), job in zip((first, second), ("kfp-run-a", "kfp-run-b"), strict=True):
+        tags = client.get_run(parent).data.tags
+        assert tags[runs.JOB_TAG] == job and tags["kfp.run_name"] == "nightly"
+        assert (tmp_path / "store" / key / "config" / "config.yaml").exists()
+    assert tasks.start(cfg, "kfp-run-a", "nightly") == first  # a retry reuses its parent
