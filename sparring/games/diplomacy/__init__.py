@@ -5,6 +5,7 @@ scenarios  seeded start positions (opening, midgame, endgame) from scripted play
 orders     parsing a power's text into orders and press
 observation the board and each power's options, as text
 game       the adapter: press and order rounds, retreats, rewards
+alliances  each power's allies over the last year played (the `country_alliance` group key)
 bots       scripted bots (hold, random-legal, greedy)
 metrics    per-power metrics of plays (seed 001), per country in rollout and evaluation
 report     the evaluation's country table and heatmap (modes include every bot)

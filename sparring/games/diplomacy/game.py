@@ -48,6 +48,7 @@ from sparring.games.base import (
     StepResult,
     TurnRecord,
 )
+from sparring.games.diplomacy.alliances import alliance_context
 from sparring.games.diplomacy.board import ROLES, WIN_CENTERS, Engine, Message
 from sparring.games.diplomacy.bots import BOTS
 from sparring.games.diplomacy.metrics import power_metrics
@@ -172,7 +173,7 @@ class DiplomacyGame(Game):
         "greedy": "sparring.games.diplomacy.bots:GreedyBot",
     }
     default_opponent = "greedy"
-    extra_group_keys = ("country", "country_stage")
+    extra_group_keys = ("country", "country_stage", "country_alliance")
     group_key_aliases = {"country_phase": "country_stage"}
     group_key_synonyms = {"init_country": "init_seat"}  # a seat is a country
     default_group_key = "init_seat"  # the seven powers' rewards differ
@@ -189,8 +190,15 @@ class DiplomacyGame(Game):
         return generate_state(seed, c.stages, c.max_start_centers, c.allow_eliminated)
 
     def group_keys(self, seat: int) -> dict[str, str]:
-        """`country` (the seat's power) and `country_stage` (power / scenario stage)."""
-        return {"country": ROLES[seat], "country_stage": f"{ROLES[seat]}/{self.state['stage']}"}
+        """`country` (the seat's power), `country_stage` (power / scenario stage) and
+        `country_alliance` (power / its allies over the last year played, `alliances`: at the
+        end of an episode, its last year; before any movement phase, `isolated`)."""
+        power = ROLES[seat]
+        return {
+            "country": power,
+            "country_stage": f"{power}/{self.state['stage']}",
+            "country_alliance": alliance_context(self.engine)[power],
+        }
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def reset(self, state: dict[str, Any]) -> None:

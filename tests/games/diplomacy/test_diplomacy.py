@@ -298,7 +298,11 @@ def test_scripted_bots_give_legal_orders_and_greedy_heads_for_centers():
 
 def test_group_keys():
     game = opening()
-    assert game.group_keys(FRANCE) == {"country": "FRANCE", "country_stage": "FRANCE/opening"}
+    assert game.group_keys(FRANCE) == {
+        "country": "FRANCE",
+        "country_stage": "FRANCE/opening",
+        "country_alliance": "FRANCE/isolated",  # nothing played yet
+    }
     assert game.group_keys(0)["country"] == "AUSTRIA"
 
 

@@ -52,6 +52,7 @@ def test_selfplay_in_all_seven_seats_batches_every_power_per_step(inits, tiny_mo
         stage = next(e for e in res.episodes if e.game_id == row["game_id"]).state["stage"]
         assert row["country"] == row["role"] == ROLES[row["seat"]]
         assert row["country_stage"] == f"{row['role']}/{stage}"
+        assert row["country_alliance"].startswith(row["role"] + "/")  # the episode's year
         assert sum(row["assistant_mask"]) > 0 and row["token_rewards"][-1] == row["reward"]
 
 
