@@ -169,6 +169,8 @@ class Recipe(_Strict):
                 )
         key = check_group_key(game, train.get("group_key", game.cls.default_group_key))
         data["train"] = {**train, "group_key": key, **_rollout_correction(data, train)}
+        if train.get("balance_by") not in (None, "batch"):  # the samples carry the column
+            data["train"]["balance_by"] = check_group_key(game, train["balance_by"])
         if data["train"].get("optimizer_state") == "carry":  # one lr schedule for the run
             data["train"].setdefault(
                 "lr_schedule_updates", data.get("iterations", _default(cls, "iterations"))
@@ -197,6 +199,11 @@ class Recipe(_Strict):
             raise ValueError(f"champion_metric {self.champion_metric!r} must be an eval/* metric")
         if self.registered_model is None:
             self.registered_model = f"sparring-{self.game.name}-{self.eval_key}"
+        if self.train.balance_by is not None and self.train_backend != "torch":
+            raise ValueError(
+                f"train.balance_by={self.train.balance_by!r} forms the torch update's "
+                "mini-batches; verl forms its own: set train_backend: torch or balance_by: null"
+            )
         if self.train_backend == "verl":
             self._check_verl()
         if self.rollout.shards > 1:

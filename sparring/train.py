@@ -10,7 +10,8 @@ Steps (numbered as in the code):
   3. reference log-probs when KL is on (the start checkpoint unless another is given)
   4. advantages: verl's `compute_grpo_outcome_advantage`, `index` = the chosen group key; with
      `dynamic_sampling`, the groups whose advantages are all 0 leave the batch (DAPO)
-  5. `epochs` PPO epochs of AdamW steps over shuffled mini-batches, with gradient
+  5. `epochs` PPO epochs of AdamW steps over shuffled mini-batches (with `balance_by`, equal
+     rows of each of that column's values in every mini-batch), with gradient
      accumulation over micro-batches and grad-norm clipping; loss = verl's clipped policy loss
      (times truncated importance weights with `rollout_is`; + kl_coef * KL,
      - entropy_coef * entropy)
@@ -244,11 +245,39 @@ def batched_log_probs(model, batch: Batch, rows, cfg: OptimConfig, device) -> to
     return out
 
 
-def schedule(n: int, cfg: OptimConfig) -> list[list[int]]:
-    """Row indices of every optimizer step: `epochs` shuffled passes in mini-batches."""
+def schedule(n: int, cfg: OptimConfig, labels: list[Any] | None = None) -> list[list[int]]:
+    """Row indices of every optimizer step: `epochs` shuffled passes in mini-batches; with
+    `labels` (one per row: GRPO's `balance_by` column) each pass is `balanced_order`, so each
+    mini-batch holds equally many rows of every label, up to one, while every label has rows
+    left (a label with fewer rows runs out first, and the last mini-batches hold the rest)."""
+    if labels is not None and len(labels) != n:
+        raise ValueError(f"{len(labels)} labels for {n} rows")
     gen = torch.Generator().manual_seed(cfg.seed)
-    perms = [torch.randperm(n, generator=gen).tolist() for _ in range(cfg.epochs)]
-    return [mini for perm in perms for mini in _chunks(perm, cfg.mini_batch_size)]
+    passes = [
+        balanced_order(labels, gen)
+        if labels is not None
+        else torch.randperm(n, generator=gen).tolist()
+        for _ in range(cfg.epochs)
+    ]
+    return [mini for order in passes for mini in _chunks(order, cfg.mini_batch_size)]
+
+
+def balanced_order(labels: list[Any], gen: torch.Generator) -> list[int]:
+    """One pass over the rows in which the labels take turns: each label's rows shuffled, the
+    labels in a shuffled order kept for the whole pass, then round robin (a label leaves the
+    turn when its rows run out). Any run of consecutive rows taken while every label still has
+    rows holds each label equally often, up to one (seed 001's country-balanced sampler,
+    without its repeats: every row once)."""
+    rows: dict[str, list[int]] = {}
+    for i, label in enumerate(labels):
+        rows.setdefault(str(label), []).append(i)
+    names = sorted(rows)
+    turn = [names[k] for k in torch.randperm(len(names), generator=gen).tolist()]
+    queues = [
+        [rows[k][j] for j in torch.randperm(len(rows[k]), generator=gen).tolist()] for k in turn
+    ]
+    longest = max((len(q) for q in queues), default=0)
+    return [q[r] for r in range(longest) for q in queues if r < len(q)]
 
 
 MicroLoss = Callable[..., tuple[torch.Tensor, dict[str, float | torch.Tensor]]]
@@ -483,6 +512,19 @@ def signal_groups(df: pd.DataFrame, cfg: GRPOConfig) -> int:
     return len(set(index[grpo.signal_rows(index, advantages)]))
 
 
+def balance_labels(df: pd.DataFrame, cfg: GRPOConfig) -> list[Any] | None:
+    """The rows' `cfg.balance_by` values (None when off); a ValueError if the samples lack
+    the column."""
+    if cfg.balance_by is None:
+        return None
+    if cfg.balance_by not in df.columns:
+        raise ValueError(
+            f"balance_by {cfg.balance_by!r} is not a samples column; choose one of "
+            f"{sorted(c for c in df.columns if df[c].map(type).eq(str).all())}"
+        )
+    return df[cfg.balance_by].tolist()
+
+
 def grpo_update(
     model: torch.nn.Module,
     batch: Batch,
@@ -492,10 +534,12 @@ def grpo_update(
     ref_model: torch.nn.Module | None = None,
     on_step: OnStep | None = None,
     carry: dict[str, Any] | None = None,
+    labels: list[Any] | None = None,
 ) -> dict[str, float]:
-    """Steps 2, 3, 5 and 6's mismatch on a loaded model: old/ref log-probs, then PPO epochs.
+    """Steps 2, 3, 5 and 6's mismatch on a loaded model: old/ref log-probs, then PPO epochs
+    over mini-batches balanced by `labels` (the rows' `balance_by` values) if given.
     Returns metrics."""
-    plan = schedule(len(batch), cfg)
+    plan = schedule(len(batch), cfg, labels)
     rollout = batch.rollout_log_prob  # (B, T-1), NaN rows where unknown, or None
     if (cfg.bypass_mode or cfg.rollout_is) and not batch.scored.all():
         raise ValueError(
@@ -610,6 +654,7 @@ def train(
             df, batch, advantages, cfg.group_key
         )
         metrics |= dropped_groups
+    labels = balance_labels(df, cfg)
     metrics["train/samples"] = float(len(df))
     metrics["train/dropped_rows"] = float(dropped)
     model = load_model(model_path, device, cfg=cfg)
@@ -617,7 +662,7 @@ def train(
     if ref_model_path:
         ref_model = load_model(ref_model_path, device, trainable=False, cfg=cfg)
     carry = load_optimizer(optimizer_in) if cfg.optimizer_state == "carry" else None
-    metrics |= grpo_update(model, batch, advantages, cfg, device, ref_model, on_step, carry)
+    metrics |= grpo_update(model, batch, advantages, cfg, device, ref_model, on_step, carry, labels)
     if carry is not None and optimizer_out is not None:
         save_optimizer(carry, optimizer_out)
     # 6. checkpoint (with the RAE baselines the next update starts from)

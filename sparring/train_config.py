@@ -63,6 +63,10 @@ class GRPOConfig(OptimConfig):
     """Hyperparameters of one GRPO update. The defaults are the recommended values."""
 
     group_key: str = "init"  # GRPO group: game, init, role, batch, a game's own key, any column
+    # A samples column (a group key such as a game's seat label): every mini-batch takes as
+    # many rows of each of its values as it can, up to one (sparring.train.schedule), while
+    # every row is still used once per epoch. None = plain shuffled mini-batches.
+    balance_by: str | None = None
     norm_adv_by_std: bool = True  # divide by the group std (GRPO); False = Dr. GRPO (centre only)
     singleton_groups: Literal["zero", "batch"] = "zero"  # size-1 groups: see sparring.grpo
     clip_ratio: float = Field(0.2, gt=0, lt=1)  # PPO clip epsilon (lower side)
@@ -137,6 +141,13 @@ class GRPOConfig(OptimConfig):
             raise ValueError(f"unknown kl_type {self.kl_type!r}; choose from {KL_TYPES}")
         if self.group_key.strip() != self.group_key or not self.group_key:
             raise ValueError(f"group_key {self.group_key!r} must be a column name or 'batch'")
+        if self.balance_by is not None and (
+            self.balance_by in ("", "batch") or self.balance_by.strip() != self.balance_by
+        ):
+            raise ValueError(
+                f"balance_by {self.balance_by!r} must name a samples column whose values the "
+                "mini-batches balance (e.g. `role`); or set balance_by: null"
+            )
         if self.bypass_mode and self.rollout_is is not None:
             raise ValueError(
                 f"bypass_mode uses the rollout log-probs as the old ones, so PPO's ratio already "

@@ -20,6 +20,7 @@ from sparring.train import (
     collate,
     grpo_update,
     load_model,
+    schedule,
     token_log_probs,
     train,
 )
@@ -341,3 +342,82 @@ def test_rollout_corrections_need_rollout_log_probs(tiny_model_dir, tokenizer, e
     assert collate(mixed, tokenizer.pad_token_id).scored.tolist() == [False, True, True, True]
     with pytest.raises(ValueError, match="rollout_is needs the rollout's log-probs.*1 of 4"):
         update(tiny_model_dir, mixed, tokenizer, rollout_is="token")
+
+
+# ---- balance_by: mini-batches with equal rows per label ------------------------------------
+COUNTRIES = ["AUS", "ENG", "FRA", "GER", "ITA", "RUS", "TUR"]
+
+
+def counts(mini: list[int], labels: list[str]) -> dict[str, int]:
+    found = {label: 0 for label in set(labels)}
+    for i in mini:
+        found[labels[i]] += 1
+    return found
+
+
+@pytest.mark.parametrize("mini_batch_size", [14, 10, 7, 3])
+def test_balanced_schedule_gives_each_label_its_share_of_every_mini_batch(mini_batch_size):
+    # 7 labels x 8 rows, shuffled: with 14 rows a step every label has exactly 2; with 10 (or
+    # 3) the counts differ by at most one
+    labels = [
+        COUNTRIES[i % 7] for i in torch.randperm(56, generator=torch.Generator().manual_seed(3))
+    ]
+    cfg = GRPOConfig(epochs=2, mini_batch_size=mini_batch_size, micro_batch_size=1, seed=5)
+    plan = schedule(56, cfg, labels)
+    per_epoch = len(plan) // 2
+    for mini in plan:
+        got = counts(mini, labels).values()
+        assert max(got) - min(got) <= 1
+        if mini_batch_size == 14:
+            assert set(got) == {2}
+    for epoch in (plan[:per_epoch], plan[per_epoch:]):  # every row once per epoch
+        assert sorted(i for mini in epoch for i in mini) == list(range(56))
+    assert plan[:per_epoch] != plan[per_epoch:]  # each epoch its own order
+    assert schedule(56, cfg, labels) == plan  # deterministic with the seed
+    assert schedule(56, cfg.model_copy(update={"seed": 6}), labels) != plan
+
+
+def test_balanced_schedule_with_unequal_labels_uses_every_row_once():
+    # A has 6 rows, B 2: the first mini-batch of 4 is 2 + 2; then only A is left
+    labels = ["A"] * 6 + ["B"] * 2
+    cfg = GRPOConfig(mini_batch_size=4, micro_batch_size=1)
+    plan = schedule(8, cfg, labels)
+    assert counts(plan[0], labels) == {"A": 2, "B": 2} and counts(plan[1], labels) == {
+        "A": 4,
+        "B": 0,
+    }
+    assert sorted(plan[0] + plan[1]) == list(range(8))
+    with pytest.raises(ValueError, match="3 labels for 8 rows"):
+        schedule(8, cfg, ["A"] * 3)
+
+
+def test_balance_by_trains_end_to_end_and_names_a_missing_column(
+    tiny_model_dir, tokenizer, tmp_path
+):
+    df = make_samples(tokenizer, [1.0, 0.0, 0.2, 0.8, 0.5, 0.4, 0.1, 0.9])
+    cfg = GRPOConfig(group_key="batch", balance_by="role", mini_batch_size=4, micro_batch_size=2)
+    steps: list[dict] = []
+    train(
+        tiny_model_dir,
+        [write(df, tmp_path)],
+        tmp_path / "ckpt",
+        cfg,
+        on_step=lambda i, m: steps.append(m),
+    )
+    assert len(steps) == 2
+    with pytest.raises(ValueError, match="balance_by 'country' is not a samples column"):
+        bad = cfg.model_copy(update={"balance_by": "country"})
+        train(tiny_model_dir, [write(df, tmp_path)], tmp_path / "ckpt2", bad)
+    with pytest.raises(ValidationError, match="must name a samples column"):
+        GRPOConfig(balance_by="batch")
+
+
+def test_a_pipeline_config_checks_balance_by_against_the_games_columns():
+    from sparring.loop.config import PipelineConfig
+
+    cfg = PipelineConfig.model_validate({"train": {"balance_by": "role"}})
+    assert cfg.train.balance_by == "role"
+    with pytest.raises(ValidationError, match="unknown group key 'colour'"):
+        PipelineConfig.model_validate({"train": {"balance_by": "colour"}})
+    with pytest.raises(ValidationError, match="set train_backend: torch or balance_by: null"):
+        PipelineConfig.model_validate({"train": {"balance_by": "role"}, "train_backend": "verl"})

@@ -145,3 +145,5 @@ def test_country_alliance_is_a_valid_train_group_key():
         {"game": "diplomacy", "train": {"group_key": "country_alliance"}}
     )
     assert cfg.train.group_key == "country_alliance"
+    cfg = PipelineConfig.model_validate({"game": "diplomacy", "train": {"balance_by": "country"}})
+    assert cfg.train.balance_by == "country"  # the country-balanced sampler
