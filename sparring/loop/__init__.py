@@ -6,6 +6,7 @@ runner   run_loop: the one loop in this process (`sparring run`, the benches)
 tasks    the spine: start, game_init, initial_model, warm_start, rollout, train, evaluate,
          register, finish
 league   the opponent league's state across iterations (schedule, `past-<k>` models)
+recent   each role's last 100 learner plays across iterations (rolling per-country metrics)
 reports  the evaluation page and the run summary
 io       the storage layout and progress lines
 local    `sparring run`: local services, the loop (in-process or kfp.local), the summary
