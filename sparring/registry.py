@@ -100,13 +100,14 @@ class Registration(NamedTuple):
 def trainer_requirements(image: str | None = None) -> dict[str, str]:
     """{package: version} of MODEL_PACKAGES in the environment that trained the model: the
     Sparring image `image` (default: $SPARRING_TRAINER_IMAGE) names, as its lock pins them
-    (`sparring.image_stacks`); without one, or for an image Sparring did not build, this
-    process's own (a local run trains where it registers)."""
+    (`sparring.image_stacks`: `<version>-gpu` and its flavours `<version>-gpu-<flavour>` have
+    the gpu stack); without one, or for an image Sparring did not build, this process's own
+    (a local run trains where it registers)."""
     image = image if image is not None else os.environ.get(TRAINER_IMAGE_ENV, "")
     tag = image.rpartition(":")[2] if "/" not in image.rpartition(":")[2] else ""
-    for flavour in sorted(STACKS, key=len, reverse=True):  # gpu-diplomacy before gpu
-        if tag.endswith(f"-{flavour}"):
-            return dict(STACKS[flavour])
+    for base in STACKS:
+        if f"-{base}-" in f"{tag}-":
+            return dict(STACKS[base])
     return {p: importlib.metadata.version(p).split("+")[0] for p in MODEL_PACKAGES}
 
 

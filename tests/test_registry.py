@@ -405,7 +405,7 @@ def test_the_documented_loaders_work_with_only_the_tracking_uri(cfg, mlflow_serv
     ("image", "flavour"),
     [
         ("ghcr.io/sparring/sparring:0.1.0-gpu", "gpu"),
-        ("registry.local:5000/me/sparring:0.1.0-gpu-diplomacy", "gpu-diplomacy"),
+        ("registry.local:5000/me/sparring:0.1.0-gpu-diplomacy", "gpu"),  # a flavour: its base
         ("ghcr.io/sparring/sparring:0.1.0-cpu", "cpu"),
         ("registry.local:5000/me/custom", None),  # not a Sparring image: this process's stack
         ("", None),  # a local run: trained where it registers
