@@ -330,6 +330,7 @@ def test_external_values_use_postgres_pull_secrets_ingress_and_hf(chart):
 
 # ---- invalid values ------------------------------------------------------------------------
 
+AUTH_ON = {"enabled": True, "adminPassword": "pw-for-the-chart-test"}
 BAD_COMBINATIONS = [
     ({"s3": {"bucket": ""}}, "s3.bucket is required"),
     ({"s3": {"bucket": "sparring-x"}}, "mode=secret needs s3.credentials.accessKeyId"),
@@ -377,6 +378,23 @@ BAD_COMBINATIONS = [
             "pipeline": {"register": {"enabled": False, "recurringRun": {"enabled": True}}},
         },
         "needs pipeline.register.enabled",
+    ),
+    (
+        {**MINIMAL, "mlflow": {"auth": {**AUTH_ON, "runner": {"username": "admin"}}}},
+        "mlflow.auth.runner.username must differ from mlflow.auth.adminUsername",
+    ),
+    (
+        {**MINIMAL, "mlflow": {"auth": {**AUTH_ON, "runner": {"password": "too-short"}}}},
+        "mlflow.auth.runner.password needs at least 12 characters",
+    ),
+    (
+        {
+            **MINIMAL,
+            "mlflow": {
+                "auth": {**AUTH_ON, "runner": {"password": "x" * 12, "existingSecret": "r"}}
+            },
+        },
+        "mlflow.auth.runner.password and mlflow.auth.runner.existingSecret are exclusive",
     ),
 ]
 
@@ -1420,9 +1438,10 @@ def test_mlflow_auth_runs_the_basic_auth_app_and_every_task_logs_in(chart, tmp_p
     others = [d for d in docs if d["kind"] != "Secret"]
     assert "pw-for-the-chart-test" not in yaml.safe_dump_all(others)
 
-    # every pipeline task gets the login as MLflow's own variables
+    # every pipeline task gets the runner's login (never the admin's) as MLflow's own variables
+    runner = f"{RELEASE}-mlflow-runner"
     cfg = pipeline_config(docs)
-    assert cfg["kubernetes"]["mlflow_secret"] == name
+    assert cfg["kubernetes"]["mlflow_secret"] == runner
     (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(cfg))
     out = tmp_path / "ir.yaml"
     sparring_cli = str(Path(sys.executable).parent / "sparring")
@@ -1431,12 +1450,114 @@ def test_mlflow_auth_runs_the_basic_auth_app_and_every_task_logs_in(chart, tmp_p
     platform = list(yaml.safe_load_all(out.read_text()))[1]["platforms"]["kubernetes"]
     executors = platform["deploymentSpec"]["executors"].values()
     assert executors
+    assert name not in out.read_text()
     for spec in executors:
-        (secret,) = [s for s in spec["secretAsEnv"] if s["secretName"] == name]
+        (secret,) = [s for s in spec["secretAsEnv"] if s["secretName"] == runner]
         assert {(k["secretKey"], k["envVar"]) for k in secret["keyToEnv"]} == {
             ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_USERNAME"),
             ("MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_PASSWORD"),
         }
+
+
+# ---- issue 34: tasks log in to MLflow as a non-admin runner ---------------------------------
+
+
+def secrets_used(doc) -> set[str]:
+    """Names of the Secrets a manifest reads: env secretKeyRef, envFrom secretRef, volumes."""
+    found: set[str] = set()
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            if key in ("secretKeyRef", "secretRef") and isinstance(value, dict):
+                found.add(value["name"])
+            elif key == "secret" and isinstance(value, dict) and "secretName" in value:
+                found.add(value["secretName"])
+            else:
+                found |= secrets_used(value)
+    elif isinstance(doc, list):
+        for value in doc:
+            found |= secrets_used(value)
+    return found
+
+
+def test_only_mlflow_and_the_runner_job_hold_the_admin_login(chart):
+    """The admin Secret reaches the MLflow server and the Job that creates the runner user;
+    pipeline tasks (the rendered config), the registration Jobs and `helm test` never read it.
+    The runner's Secret holds another user with a generated password."""
+    import base64
+
+    docs = render(chart, AUTH)
+    admin, runner = f"{RELEASE}-mlflow-auth", f"{RELEASE}-mlflow-runner"
+    readers = {(d["kind"], d["metadata"]["name"]) for d in docs if admin in secrets_used(d)}
+    assert readers == {("Deployment", f"{RELEASE}-mlflow"), ("Job", runner)}
+    assert pipeline_config(docs)["kubernetes"]["mlflow_secret"] == runner
+    login = {
+        k: base64.b64decode(v).decode() for k, v in by_kind(docs, "Secret")[runner]["data"].items()
+    }
+    assert login["MLFLOW_TRACKING_USERNAME"] == "sparring-runner"
+    assert len(login["MLFLOW_TRACKING_PASSWORD"]) == 32  # randAlphaNum, kept by lookup
+    # a given password, or the user's own Secret
+    given = {**MINIMAL, "mlflow": {"auth": {**AUTH_ON, "runner": {"password": "runner-pw-123"}}}}
+    data = by_kind(render(chart, given), "Secret")[runner]["data"]
+    assert base64.b64decode(data["MLFLOW_TRACKING_PASSWORD"]).decode() == "runner-pw-123"
+    own = {**MINIMAL, "mlflow": {"auth": {**AUTH_ON, "runner": {"existingSecret": "my-runner"}}}}
+    docs = render(chart, own)
+    assert runner not in by_kind(docs, "Secret")
+    assert pipeline_config(docs)["kubernetes"]["mlflow_secret"] == "my-runner"
+    assert "my-runner" in secrets_used(by_kind(docs, "Job")[runner])
+    # no auth: no runner, no login; an external MLflow: the auth Secret is the tasks' login
+    plain = render(chart, MINIMAL)
+    assert runner not in by_kind(plain, "Job") and runner not in by_kind(plain, "Secret")
+    external = {**MINIMAL, "mlflow": {"enabled": False, "externalUrl": "http://m:5000"}}
+    external["mlflow"]["auth"] = AUTH_ON
+    docs = render(chart, external)
+    assert runner not in by_kind(docs, "Job") and runner not in by_kind(docs, "Secret")
+    assert pipeline_config(docs)["kubernetes"]["mlflow_secret"] == admin
+
+
+def test_the_runner_job_creates_the_user_as_admin_on_every_release_before_registration(chart):
+    """A hook Job on install, upgrade and rollback (re-created each time: the script is
+    idempotent, tests/test_registry.py runs it twice against a real server) that logs in as
+    the admin, names the runner from its Secret, and runs the chart's script from the pipeline
+    ConfigMap on the MLflow image. It goes before the registration Job, whose recurring run may
+    start tasks at once."""
+    docs = render(chart, AUTH)
+    admin, runner = f"{RELEASE}-mlflow-auth", f"{RELEASE}-mlflow-runner"
+    jobs = by_kind(docs, "Job")
+    job = jobs[runner]
+    hook = job["metadata"]["annotations"]
+    assert set(hook["helm.sh/hook"].split(",")) == {"post-install", "post-upgrade", "post-rollback"}
+    assert "before-hook-creation" in hook["helm.sh/hook-delete-policy"]
+    register = jobs[f"{RELEASE}-register-r1"]["metadata"]["annotations"]
+    assert int(hook["helm.sh/hook-weight"]) < int(register["helm.sh/hook-weight"])
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e}
+    assert refs == {
+        "MLFLOW_TRACKING_USERNAME": {"name": admin, "key": "MLFLOW_TRACKING_USERNAME"},
+        "MLFLOW_TRACKING_PASSWORD": {"name": admin, "key": "MLFLOW_TRACKING_PASSWORD"},
+        "RUNNER_USERNAME": {"name": runner, "key": "MLFLOW_TRACKING_USERNAME"},
+        "RUNNER_PASSWORD": {"name": runner, "key": "MLFLOW_TRACKING_PASSWORD"},
+    }
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    cfg = pipeline_config(docs)
+    assert env == {
+        "MLFLOW_TRACKING_URI": cfg["tracking"]["tracking_uri"],
+        "MLFLOW_EXPERIMENT": cfg["tracking"]["experiment"],
+        "REGISTERED_MODEL": cfg["registered_model"],
+    }
+    assert container["image"].endswith("-mlflow")
+    validate_strict([job, by_kind(docs, "Secret")[runner]])
+    assert restricted_violations(pod) == []
+    # the command runs the chart's script, mounted from the pipeline ConfigMap
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "scripts"]
+    (item,) = volume["configMap"]["items"]
+    assert container["command"] == ["python", f"{mounts['scripts']}/{item['path']}"]
+    data = by_kind(docs, "ConfigMap")[volume["configMap"]["name"]]["data"]
+    assert data[item["key"]] == (CHART / "files" / "mlflow_runner_user.py").read_text()
+    # its pod is one of the release's, which the MLflow NetworkPolicy admits
+    labels = job["spec"]["template"]["metadata"]["labels"]
+    assert labels["app.kubernetes.io/instance"] == RELEASE
 
 
 # ---- issue 34: multi-user Kubeflow with Istio sidecars ----------------------------------------

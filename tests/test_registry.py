@@ -369,6 +369,88 @@ def test_the_login_wins_over_the_kfp_mlflow_plugins_injected_auth(
     assert os.environ["MLFLOW_TRACKING_AUTH"] == "kubernetes"
 
 
+def run_chart_runner_job(url: str, admin: tuple[str, str], values: dict, tmp_path: Path):
+    """The chart's runner Job as rendered with `values`: its command, with the script from the
+    pipeline ConfigMap and its env (Secret references resolved from the rendered Secrets), the
+    in-cluster MLflow URL replaced by `url`. Returns (the finished process, the runner login)."""
+    import base64
+
+    from test_helm import CHART, MINIMAL, Chart, by_kind, render
+
+    auth = {"enabled": True, "adminUsername": admin[0], "adminPassword": admin[1]}
+    docs = render(Chart.load(str(CHART)), {**MINIMAL, "mlflow": {"auth": auth}, **values})
+    secrets = {
+        name: {k: base64.b64decode(v).decode() for k, v in s.get("data", {}).items()}
+        for name, s in by_kind(docs, "Secret").items()
+    }
+    pod = by_kind(docs, "Job")["sparring-mlflow-runner"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {}
+    for e in container["env"]:
+        ref = e.get("valueFrom", {}).get("secretKeyRef")
+        env[e["name"]] = secrets[ref["name"]][ref["key"]] if ref else e["value"]
+    env["MLFLOW_TRACKING_URI"] = url
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "scripts"]
+    (item,) = volume["configMap"]["items"]
+    script = tmp_path / item["path"]
+    script.write_text(by_kind(docs, "ConfigMap")[volume["configMap"]["name"]]["data"][item["key"]])
+    python, path = container["command"]
+    assert python == "python" and path.endswith(f"/{item['path']}")
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True)
+    return done, (env["RUNNER_USERNAME"], env["RUNNER_PASSWORD"])
+
+
+def test_the_charts_runner_user_runs_and_registers_but_is_no_admin(
+    cfg, auth_server, tiny_model_dir, tmp_path, monkeypatch
+):
+    """The non-admin MLflow user the chart's runner Job creates (its own script and env, run
+    against a real basic-auth server with the chart's default_permission READ) can do what
+    pipeline tasks do: start the parent run, log, register a version and move the champion
+    alias. It is refused what only the admin may (create users) and what EDIT does not give
+    (delete the registered model). Rerunning the Job changes nothing; a MANAGE grant the runner
+    picked up (by creating the model itself) goes back to EDIT."""
+    from mlflow.server.auth.client import AuthServiceClient
+
+    pipeline = {"experiment": cfg.tracking.experiment, "registeredModel": cfg.registered_model}
+    done, login = run_chart_runner_job(
+        auth_server.url, auth_server.admin, {"pipeline": pipeline}, tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert "created" in done.stdout and "EDIT granted" in done.stdout
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", auth_server.admin[0])
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", auth_server.admin[1])
+    admin = AuthServiceClient(auth_server.url)
+    assert not admin.get_user(login[0]).is_admin
+    admin.revoke_user_permission(login[0], "registered_model", cfg.registered_model)
+    admin.grant_user_permission(login[0], "registered_model", cfg.registered_model, "MANAGE")
+    # an offline render draws a new password (a cluster's keeps the Secret's): a rotation
+    again, rotated = run_chart_runner_job(
+        auth_server.url, auth_server.admin, {"pipeline": pipeline}, tmp_path
+    )
+    assert again.returncode == 0, again.stderr
+    assert "password set" in again.stdout and "EDIT already held" in again.stdout
+    assert "EDIT replaced MANAGE" in again.stdout
+    assert rotated[0] == login[0] and rotated[1] != login[1]
+    login = rotated
+
+    # the pipeline's work, logged in as the runner
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", login[0])
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", login[1])
+    tracking = cfg.tracking.model_copy(update={"tracking_uri": auth_server.url})
+    cfg = cfg.model_copy(update={"tracking": tracking})
+    parent = tasks.start(cfg, "job-runner", "job")[1]
+    registered = tasks.register(cfg, parent, "job-runner", 0, str(tiny_model_dir), EVALS)
+    client = connect(cfg.tracking)
+    champion_version = client.get_model_version_by_alias(cfg.registered_model, "champion")
+    assert champion_version.version == registered.version
+    # not an admin, not a manager
+    runner = AuthServiceClient(auth_server.url)
+    with pytest.raises(MlflowException, match="403|PERMISSION_DENIED"):
+        runner.create_user("intruder-" + uuid.uuid4().hex[:6], "pw-" + uuid.uuid4().hex)
+    with pytest.raises(MlflowException, match="403|PERMISSION_DENIED"):
+        client.delete_registered_model(cfg.registered_model)
+
+
 def documented_loaders() -> list[str]:
     """The python blocks of docs/pipeline.md's registry section, as written."""
     import re

@@ -169,6 +169,29 @@ when MLflow needs none. With `mlflow.enabled: false` it is the login to the exte
 {{- end }}
 
 {{/*
+sparring.mlflowRunnerSecretName: the Secret with the pipeline runner's MLflow login (a non-admin
+user the runner Job creates; chart-made or existing); empty unless the bundled MLflow has auth.
+*/}}
+{{- define "sparring.mlflowRunnerSecretName" -}}
+{{- if and .Values.mlflow.enabled .Values.mlflow.auth.enabled }}
+{{- .Values.mlflow.auth.runner.existingSecret | default (printf "%s-mlflow-runner" (include "sparring.fullname" .)) }}
+{{- end }}
+{{- end }}
+
+{{/*
+sparring.mlflowTaskSecretName: the MLflow login pipeline tasks get (`kubernetes.mlflow_secret`):
+the runner's with the bundled MLflow, the auth Secret's with an external one; empty without auth.
+The bundled server's admin login never reaches a task.
+*/}}
+{{- define "sparring.mlflowTaskSecretName" -}}
+{{- if .Values.mlflow.enabled }}
+{{- include "sparring.mlflowRunnerSecretName" . }}
+{{- else }}
+{{- include "sparring.mlflowAuthSecretName" . }}
+{{- end }}
+{{- end }}
+
+{{/*
 sparring.mlflowWorkers: server workers: mlflow.workers, else 1 on sqlite and 2 on postgres.
 */}}
 {{- define "sparring.mlflowWorkers" -}}
@@ -350,6 +373,17 @@ sparring.validate: fail on value combinations the schema cannot express, naming 
 {{- if and (not .existingSecret) (lt (len .adminPassword) 12) }}
 {{- fail "mlflow.auth.enabled needs mlflow.auth.adminPassword (at least 12 characters, MLflow's rule) or mlflow.auth.existingSecret (keys MLFLOW_TRACKING_USERNAME, MLFLOW_TRACKING_PASSWORD, MLFLOW_FLASK_SERVER_SECRET_KEY)" }}
 {{- end }}
+{{- if $.Values.mlflow.enabled }}
+{{- if and .runner.password (lt (len .runner.password) 12) }}
+{{- fail "mlflow.auth.runner.password needs at least 12 characters (MLflow's rule); leave it empty to have the chart generate one" }}
+{{- end }}
+{{- if and .runner.password .runner.existingSecret }}
+{{- fail "mlflow.auth.runner.password and mlflow.auth.runner.existingSecret are exclusive: the chart makes the runner's Secret from the password, or uses the one named by existingSecret" }}
+{{- end }}
+{{- if and (not .existingSecret) (not .runner.existingSecret) (eq .runner.username .adminUsername) }}
+{{- fail "mlflow.auth.runner.username must differ from mlflow.auth.adminUsername: pipeline tasks log in as the runner, which must not be the MLflow admin" }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- if and .Values.istio.enabled (not .Values.networkPolicy.enabled) }}
@@ -386,7 +420,7 @@ tracking, images and GPU placement this chart owns.
   "run_as_user" $p.runAsUser
   "run_as_group" $p.runAsGroup }}
 {{- with include "sparring.hfSecretName" . }}{{ $_ := set $k8s "hf_secret" . }}{{ end }}
-{{- with include "sparring.mlflowAuthSecretName" . }}{{ $_ := set $k8s "mlflow_secret" . }}{{ end }}
+{{- with include "sparring.mlflowTaskSecretName" . }}{{ $_ := set $k8s "mlflow_secret" . }}{{ end }}
 {{- if .Values.modelCache.enabled }}{{ $_ := set $k8s "model_cache_pvc" (printf "%s-model-cache" (include "sparring.fullname" .)) }}{{ end }}
 {{- with .Values.image.pullSecrets }}{{ $_ := set $k8s "image_pull_secrets" . }}{{ end }}
 {{- $storage := dict
