@@ -103,7 +103,7 @@ class MlflowServer(LocalServer):
         assert self.admin is not None
         ini = self.workdir / "basic_auth.ini"
         ini.write_text(
-            "[mlflow]\ndefault_permission = READ\n"
+            "[mlflow]\ndefault_permission = READ\nauth_cache_ttl_seconds = 300\n"
             f"database_uri = sqlite:///{self.workdir / 'basic_auth.db'}\n"
             "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
         )
