@@ -31,21 +31,16 @@ def evaluate(
         metrics: eval/<mode>/<role>/* metrics.
         report: the reward plot and sample transcripts, viewable in the KFP UI.
     """
-    from sparring.loop import tasks
+    from sparring.loop import checkpoints, tasks
     from sparring.loop.config import PipelineConfig
 
     cfg = PipelineConfig.model_validate_json(config).for_step("evaluate")
     val = f"{inits.path}/val.parquet"
-    scores, page = tasks.evaluate(
-        cfg,
-        model.path,
-        previous.path if previous else None,
-        val,
-        evaluation.path,
-        run_name,
-        iteration,
-        parent_run_id or None,
-    )
+    before = previous.path if previous else None
+    with checkpoints.local(model.path, cfg) as m, checkpoints.local(before, cfg) as p:
+        scores, page = tasks.evaluate(
+            cfg, m, p, val, evaluation.path, run_name, iteration, parent_run_id or None
+        )
     for name, value in scores.items():
         metrics.log_metric(name, value)
     with open(report.path, "w") as f:
@@ -76,13 +71,14 @@ def evaluate_test(
         evaluation: folder with test.json (the figures and every game's score).
         metrics: test/start, test/final, test/gain, test/gain_se.
     """
-    from sparring.loop import tasks
+    from sparring.loop import checkpoints, tasks
     from sparring.loop.config import PipelineConfig
 
     cfg = PipelineConfig.model_validate_json(config).for_step("evaluate")
     test = f"{inits.path}/test.parquet"
-    figures = tasks.evaluate_test(
-        cfg, start.path, final.path, test, evaluation.path, run_name, parent_run_id, iteration
-    )
+    with checkpoints.local(start.path, cfg) as s, checkpoints.local(final.path, cfg) as f:
+        figures = tasks.evaluate_test(
+            cfg, s, f, test, evaluation.path, run_name, parent_run_id, iteration
+        )
     for name, value in figures.items():
         metrics.log_metric(name, value)

@@ -1,5 +1,5 @@
 """KFP components that produce the first checkpoint (see sparring.tasks.initial_model and
-sparring.tasks.warm_start)."""
+sparring.tasks.warm_start); their output is a reference to it (sparring.loop.checkpoints)."""
 
 from kfp.dsl import Dataset, Input, Metrics, Model, Output
 
@@ -9,12 +9,14 @@ def initial_model(config: str, model: Output[Model]):
 
     Args:
         config: the PipelineConfig as JSON.
-        model: the checkpoint folder.
+        model: a reference to the checkpoint, stored under <storage.root>/models/<digest>.
     """
-    from sparring.loop import tasks
+    from sparring.loop import checkpoints, tasks
     from sparring.loop.config import PipelineConfig
 
-    tasks.initial_model(PipelineConfig.model_validate_json(config), model.path)
+    cfg = PipelineConfig.model_validate_json(config)
+    with checkpoints.produce(cfg, None, model.path) as out:
+        tasks.initial_model(cfg, out)
 
 
 def warm_start(
@@ -30,13 +32,16 @@ def warm_start(
         config: the PipelineConfig as JSON.
         base: the initial checkpoint.
         inits: game-init folder; its train states are played.
-        model: the warm-started checkpoint.
+        model: a reference to the warm-started checkpoint (under <storage.root>/models).
         metrics: SFT statistics.
     """
-    from sparring.loop import tasks
+    from sparring.loop import checkpoints, tasks
     from sparring.loop.config import PipelineConfig
 
     cfg = PipelineConfig.model_validate_json(config).for_step("warm-start")
-    stats = tasks.warm_start(cfg, base.path, f"{inits.path}/train.parquet", model.path)
+    train_inits = f"{inits.path}/train.parquet"
+    with checkpoints.local(base.path, cfg) as base_dir:
+        with checkpoints.produce(cfg, None, model.path) as out:
+            stats = tasks.warm_start(cfg, base_dir, train_inits, out)
     for name, value in stats.items():
         metrics.log_metric(name, value)

@@ -1,4 +1,4 @@
-"""KFP component: upload, verify and register a checkpoint (see sparring.tasks.register)."""
+"""KFP component: verify and register a checkpoint (see sparring.tasks.register)."""
 
 from kfp.dsl import Artifact, Dataset, Input, Metrics, Model
 
@@ -16,8 +16,8 @@ def register(
     eval_metrics: Input[Metrics],
     kfp_run_id: str,
 ) -> str:
-    """Upload the checkpoint to <storage.root>/<run_name>/<iteration>/checkpoint, verify it,
-    log the iteration to MLflow and register it; `champion` moves only on improvement.
+    """Verify the checkpoint at <storage.root>/<run_name>/<iteration>/checkpoint, log the
+    iteration to MLflow and register it; `champion` moves only on improvement.
 
     Args:
         config: the PipelineConfig as JSON.

@@ -37,15 +37,16 @@ def rollout(
     import os
     import shutil
 
-    from sparring.loop import tasks
+    from sparring.loop import checkpoints, tasks
     from sparring.loop.config import PipelineConfig
 
     cfg = PipelineConfig.model_validate_json(config).for_step("rollout")
     train_inits = f"{inits.path}/train.parquet"
     previous = previous_schedule.path if previous_schedule else None
-    stats = tasks.rollout(
-        cfg, model.path, train_inits, iteration, games, samples.path, run_name, previous
-    )
+    with checkpoints.local(model.path, cfg) as m:
+        stats = tasks.rollout(
+            cfg, m, train_inits, iteration, games, samples.path, run_name, previous
+        )
     saved = f"{samples.path}/schedule.json"
     if os.path.exists(saved):
         shutil.copyfile(saved, schedule.path)

@@ -23,12 +23,14 @@ def rollout_shard(
         shard: this shard's index, 0 .. rollout.shards - 1.
         samples: folder with this shard's games.jsonl, samples.parquet and stats.json.
     """
+    from sparring.loop import checkpoints
     from sparring.loop.config import PipelineConfig
     from sparring.loop.shards import play_shard
 
     cfg = PipelineConfig.model_validate_json(config)
     train_inits = f"{inits.path}/train.parquet"
-    play_shard(cfg, model.path, train_inits, iteration, games, shard, samples.path)
+    with checkpoints.local(model.path, cfg) as model_dir:
+        play_shard(cfg, model_dir, train_inits, iteration, games, shard, samples.path)
 
 
 def merge_rollouts(

@@ -11,6 +11,7 @@ def train(
     samples: Input[Dataset],
     parent_run_id: str,
     iteration: int,
+    run_name: str,
     trained: Output[Model],
     metrics: Output[Metrics],
     optimizer: Output[Artifact],
@@ -26,6 +27,7 @@ def train(
         parent_run_id: the MLflow parent run, from `start`; each optimizer step's train_step/*
             metrics go to the iteration's child run as it trains.
         iteration: the round.
+        run_name: from `start`.
         trained: the new checkpoint.
         metrics: train/* and perf/* statistics.
         optimizer: AdamW's state after the update (train.optimizer_state: carry; else empty),
@@ -34,17 +36,19 @@ def train(
     """
     from pathlib import Path
 
-    from sparring.loop import tasks
+    from sparring.loop import checkpoints, tasks
     from sparring.loop.config import PipelineConfig
 
     cfg = PipelineConfig.model_validate_json(config).for_step("train")
     samples_file = f"{samples.path}/samples.parquet"
     Path(optimizer.path).mkdir(parents=True, exist_ok=True)  # empty unless carried on
     carried = previous_optimizer.path if previous_optimizer else None
-    stats = tasks.train(
-        cfg, model.path, samples_file, trained.path, reference.path, parent_run_id, iteration,
-        carried, optimizer.path,
-    )  # fmt: skip
+    kl = reference.path if cfg.train.kl_coef else None
+    with checkpoints.local(model.path, cfg) as m, checkpoints.local(kl, cfg) as ref:
+        with checkpoints.trained(cfg, run_name, iteration, trained.path) as out:
+            stats = tasks.train(
+                cfg, m, samples_file, out, ref, parent_run_id, iteration, carried, optimizer.path
+            )
     for name, value in stats.items():
         metrics.log_metric(name, value)
 
@@ -74,20 +78,16 @@ def train_verl(
         data: verl's dataset rows, agent-loop config, verl.log, merge.log and metrics.jsonl.
         metrics: verl/* (verl's last logged step) and perf/train_seconds.
     """
+    from sparring.loop import checkpoints
     from sparring.loop.config import PipelineConfig
     from sparring.loop.verl_task import train_verl
 
     cfg = PipelineConfig.model_validate_json(config).for_step("train-verl")
-    stats = train_verl(
-        cfg,
-        model.path,
-        f"{inits.path}/train.parquet",
-        f"{inits.path}/val.parquet",
-        iteration,
-        games,
-        trained.path,
-        data.path,
-        run_name=run_name,
-    )
+    with checkpoints.local(model.path, cfg) as m:
+        with checkpoints.trained(cfg, run_name, iteration, trained.path) as out:
+            stats = train_verl(
+                cfg, m, f"{inits.path}/train.parquet", f"{inits.path}/val.parquet",
+                iteration, games, out, data.path, run_name=run_name,
+            )  # fmt: skip
     for name, value in stats.items():
         metrics.log_metric(name, value)

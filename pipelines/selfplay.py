@@ -167,7 +167,8 @@ class _Graph:
         return self.task(
             self.c.train, f"train-{step.iteration}", self.cfg.kubernetes.train_gpus,
             config=self.config, model=model, reference=reference, samples=samples,
-            parent_run_id=self.parent, iteration=step.iteration, **extra,
+            parent_run_id=self.parent, iteration=step.iteration, run_name=self.run_name,
+            **extra,
         )  # fmt: skip
 
     def verl(self, step: IterationPlan, model) -> dsl.PipelineTask:

@@ -112,13 +112,18 @@ def trainer_requirements(image: str | None = None) -> dict[str, str]:
 
 
 def stage_mlflow_model(
-    checkpoint: str | Path, out_dir: str | Path, requirements: Mapping[str, str] | None = None
+    checkpoint: str | Path,
+    out_dir: str | Path,
+    requirements: Mapping[str, str] | None = None,
+    files: list[tuple[str, int]] | None = None,
 ) -> Path:
     """`out_dir` = the HF checkpoint as an MLflow transformers model, ready to upload: links to
     every checkpoint file (no weight is copied), the tokenizer again under
     `components/tokenizer`, `MLmodel`, a chat `input_example.json` (INPUT_EXAMPLE), and
     `requirements.txt` + `python_env.yaml` pinning `requirements` (default:
-    `trainer_requirements()`, the stack that trained it)."""
+    `trainer_requirements()`, the stack that trained it). With `files` (the stored
+    checkpoint's (path, size), `checkpoint` then holding only its config and tokenizer files)
+    only MLflow's files are staged, to be added beside the stored weights."""
     import transformers
     from mlflow.models import Model
     from mlflow.models.utils import _save_example
@@ -128,7 +133,7 @@ def stage_mlflow_model(
 
     src, out = Path(checkpoint).resolve(), Path(out_dir)
     pins = dict(requirements or trainer_requirements())
-    for path in sorted(p for p in src.rglob("*") if p.is_file()):
+    for path in sorted(p for p in src.rglob("*") if p.is_file() and files is None):
         link = out / path.relative_to(src)
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(path)
@@ -138,13 +143,12 @@ def stage_mlflow_model(
     tokenizer.save_pretrained(out / _TOKENIZER_DIR)
     config = json.loads((src / "config.json").read_text())
     dtype = config.get("dtype") or config.get("torch_dtype") or "float32"
-    files = sorted(
-        (str(p.relative_to(src)), p.stat().st_size) for p in src.rglob("*") if p.is_file()
-    )
+    if files is None:
+        files = [(str(p.relative_to(src)), p.stat().st_size) for p in src.rglob("*") if p.is_file()]
     model = Model(  # the same checkpoint stages the same bytes: a retried upload is a no-op
         metadata={"task": INFERENCE_TASK},
         signature=_SIGNATURE_FOR_LLM_INFERENCE_TASK[INFERENCE_TASK],
-        model_uuid=hashlib.sha256(repr(files).encode()).hexdigest()[:32],
+        model_uuid=hashlib.sha256(repr(sorted(files)).encode()).hexdigest()[:32],
         utc_time_created=time.strftime(
             "%Y-%m-%d %H:%M:%S", time.gmtime((src / "config.json").stat().st_mtime)
         ),
@@ -170,6 +174,23 @@ def stage_mlflow_model(
     _PythonEnv(python, ["pip"], ["-r requirements.txt"]).to_yaml(out / "python_env.yaml")
     model.save(out / "MLmodel")
     return out
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")  # files `add_mlflow_files` skips
+
+
+def add_mlflow_files(uri: str, storage_config: storage.StorageConfig | None = None) -> None:
+    """Make the stored HF checkpoint at `uri` an MLflow model too (`stage_mlflow_model`'s files
+    added beside its weights, which are not downloaded); a no-op once it has an MLmodel."""
+    entries = storage.verify(uri, storage_config)
+    if any(e.path == "MLmodel" for e in entries):
+        return  # a retried register staged it already
+    small = [e for e in entries if not e.path.endswith(WEIGHT_SUFFIXES)]
+    with tempfile.TemporaryDirectory(prefix="sparring-mlmodel-") as tmp:
+        src, out = Path(tmp) / "src", Path(tmp) / "out"
+        storage.download_dir(uri, src, storage_config, small)
+        stage_mlflow_model(src, out, files=[(e.path, e.size) for e in entries])
+        storage.add_files(out, uri, storage_config)
 
 
 # -- registration ------------------------------------------------------------------------------
@@ -289,7 +310,7 @@ def _check_comparable(current, eval_key: str, model_name: str) -> None:
 def publish(
     client: MlflowClient,
     model_name: str,
-    checkpoint: str | Path,
+    checkpoint: str | Path | None,
     *,
     run_id: str,
     iteration: int,
@@ -303,6 +324,7 @@ def publish(
     facts: Mapping[str, str] | None = None,
     parent_run_id: str | None = None,
     storage_config: storage.StorageConfig | None = None,
+    stored: str | None = None,
 ) -> Registration:
     """Store the local `checkpoint` once as an MLflow model and register it (steps 1-5 of the
     module docstring).
@@ -314,6 +336,9 @@ def publish(
     curve across iterations); `tags` and `facts` (the model card's table) describe the version.
     `score` is its champion metric on val, `scores` the same per val game (game id -> score)
     and `eval_key` what they are comparable with (`Recipe.eval_key`); see `improves`.
+    With `stored` (the checkpoint's verified storage URI; `checkpoint` then unused) nothing is
+    uploaded: at `fallback_uri` MLflow's files are added beside the stored weights, elsewhere
+    the checkpoint is first copied inside the store (S3: server-side).
     """
     # 1. a retry finds the version it made
     if (found := _find_version(client, model_name, run_id, iteration)) is not None:
@@ -329,8 +354,13 @@ def publish(
     # 2. upload into the (PENDING) logged model; nothing is registered unless storage verifies it
     model = _logged_model(client, run_id, iteration)
     uri = storage_uri(model.artifact_location, artifacts_destination) or fallback_uri
-    with tempfile.TemporaryDirectory(prefix="sparring-mlmodel-") as tmp:
-        storage.upload_dir(stage_mlflow_model(checkpoint, tmp), uri, storage_config, True)
+    if stored is None:
+        with tempfile.TemporaryDirectory(prefix="sparring-mlmodel-") as tmp:
+            storage.upload_dir(stage_mlflow_model(checkpoint, tmp), uri, storage_config, True)
+    else:  # already stored: copied inside the store if it is not where the registry wants it
+        if stored.rstrip("/") != uri.rstrip("/"):
+            storage.copy_dir(stored, uri, storage_config)
+        add_mlflow_files(uri, storage_config)
     storage.verify(uri, storage_config)
     # 3. metrics against the logged model, which is READY only now
     now = int(time.time() * 1000)

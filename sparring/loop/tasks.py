@@ -11,8 +11,9 @@ outputs; tests call them directly, without KFP. The spine, per iteration i:
     train          GRPO on the samples                      -> a HF checkpoint
     evaluate       val games: selfplay / vs previous / vs scripted -> <root>/<run>/<i>/eval
                    (the start's, before any update, is recorded here: no register follows it)
-    register       upload + verify the checkpoint           -> <root>/<run>/<i>/checkpoint,
-                   log the iteration to MLflow, register a model version (`champion` if better)
+    register       verify the checkpoint train stored       -> <root>/<run>/<i>/checkpoint
+                   (or copy it, in S3, into its logged model's folder), log the iteration to
+                   MLflow, register a model version (`champion` if better)
     evaluate_test  once, after the last iteration: the start and the final model on the
                    test states, their paired gain   -> <root>/<run>/test
     finish         exit handler: end the parent run (FAILED if a task failed); summary
@@ -353,10 +354,15 @@ def register(
     """Log the iteration's metrics, artifacts and input datasets to its MLflow child run, then
     store the checkpoint once, as an MLflow model, and register it (`sparring.registry.publish`,
     scored by `cfg.champion_metric`, per val game `scores`, `load_scores` of its evaluation).
+    `model_dir` is a HF folder, or a checkpoint artifact whose reference
+    (sparring.loop.checkpoints) names the stored checkpoint: then no weight is uploaded, and
+    once the registry holds its own copy, the previous iteration's `<run>/<i-1>/checkpoint`
+    (every consumer of it has finished) is deleted (`drop_pipeline_copies`).
     Safe to retry: a rerun finds the version it registered. If storage fails, nothing is
     registered.
     """
     from sparring import registry, storage
+    from sparring.loop.checkpoints import stored_uri
     from sparring.tracking import RUN_TAG, PipelineRun
 
     evals = {k: v for k, v in metrics.items() if split_eval(k)}
@@ -364,9 +370,14 @@ def register(
         raise KeyError(
             f"champion_metric {cfg.champion_metric!r} not in eval metrics {sorted(evals)}"
         )
+    stored, own = stored_uri(model_dir), run_uri(cfg, run_name, iteration, "checkpoint")
     if not cfg.tracking.enabled:  # store the checkpoint; there is no registry to tell
-        uri = upload(cfg, model_dir, run_uri(cfg, run_name, iteration, "checkpoint"))
-        return Registered(uri, "", "")
+        if stored is None:
+            return Registered(upload(cfg, model_dir, own), "", "")
+        if stored != own:
+            storage.copy_dir(stored, own, cfg.storage.client_config())
+        storage.verify(own, cfg.storage.client_config())
+        return Registered(own, "", "")
     run = PipelineRun.attach(parent_run_id, cfg.tracking)
     game, group_key = cfg.game.name, cfg.train.group_key
     tags = {"parent_run_id": parent_run_id, "game": game, "group_key": group_key}
@@ -376,12 +387,12 @@ def register(
     reg = registry.publish(
         run.client,
         cfg.registered_model,
-        model_dir,
+        None if stored else model_dir,
         run_id=run.iteration_run(iteration),
         iteration=iteration,
         metrics=evals,
         score=evals[cfg.champion_metric],
-        fallback_uri=run_uri(cfg, run_name, iteration, "checkpoint"),
+        fallback_uri=own,
         scores=scores,
         eval_key=cfg.eval_key,
         artifacts_destination=cfg.tracking.artifacts_destination,
@@ -389,7 +400,9 @@ def register(
         facts={"base model": cfg.model, "game": game, "group key": group_key, "run": run_name},
         parent_run_id=parent_run_id,
         storage_config=cfg.storage.client_config(),
+        stored=stored,
     )
+    drop_pipeline_copies(cfg, run.client, run_name, [iteration - 1])
     run.log_metrics(iteration, {k: v for k, v in metrics.items() if k not in evals})
     for path in artifacts:
         run.log_artifact(path, iteration)
@@ -412,6 +425,26 @@ def register(
     return Registered(reg.checkpoint_uri, reg.version, reg.champion_version)
 
 
+def drop_pipeline_copies(cfg: PipelineConfig, client, run_name: str, iterations) -> list[str]:
+    """Delete `<root>/<run>/<i>/checkpoint` of every iteration i whose registered version is
+    stored elsewhere (in its logged model's folder): the copy a producer stored for the steps
+    after it, once they have run. Returns what was deleted."""
+    from sparring import storage
+    from sparring.registry import stored_checkpoint
+
+    dropped = []
+    for i in iterations:
+        own = run_uri(cfg, run_name, i, "checkpoint")
+        try:
+            registered = stored_checkpoint(cfg.registered_model, run_name, i, client)
+        except LookupError:  # not registered (yet): keep it
+            continue
+        if registered.rstrip("/") != own and storage.delete_dir(own, cfg.storage.client_config()):
+            log(f"iteration {i}: deleted {own}, registered as {registered}")
+            dropped.append(own)
+    return dropped
+
+
 def finish(cfg: PipelineConfig, job_id: str, job_name: str = "", failed: bool = False) -> str:
     """End the parent run of KFP run `job_id`, FINISHED or (when a task failed) FAILED together
     with any child run still open; return a Markdown summary of the run that links to it.
@@ -429,6 +462,11 @@ def finish(cfg: PipelineConfig, job_id: str, job_name: str = "", failed: bool = 
         return f"## {title}\n\nfailed before the MLflow parent run was opened\n"
     status = "FAILED" if failed else "FINISHED"
     runs.end(client, parent, status)
+    if not failed:  # a failed run keeps every checkpoint its retry may read
+        from sparring.loop.plan import plan
+
+        iterations = [step.iteration for step in plan(cfg)]
+        drop_pipeline_copies(cfg, client, cfg.campaign or job_id, iterations)
     rows = reports.summary_rows(cfg, parent.info.run_id, client)
     best, test = (
         champion(cfg.registered_model, client),
