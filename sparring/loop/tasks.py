@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import yaml
 
-from sparring.loop import league, reports, steps
+from sparring.loop import league, recent, reports, steps
 from sparring.loop.config import PipelineConfig
 from sparring.loop.io import log, run_uri, upload
 from sparring.metrics import ALL_ROLES, PERF, TEST, metric_name, split_eval
@@ -156,7 +156,8 @@ def rollout(
     run_name: str,
     schedule: str | Path | None = None,
 ) -> dict[str, float]:
-    """Play `games` games (train states, rotating per iteration) and upload them; with
+    """Play `games` games (train states, rotating per iteration) and upload them, with the
+    learner's rolling window of recent plays per role (`sparring.loop.recent`); with
     `train.min_groups`, more games until that many groups carry signal (`steps.TopUp`).
 
     Pure self-play, or with `opponents.selfplay_fraction` < 1 the opponent mix of
@@ -192,6 +193,8 @@ def rollout(
         stats |= league.save_schedule(
             mix, states, iteration, played.result.episodes, out_dir, models
         )
+    window = recent.recent_state(cfg, run_name, iteration)  # rollout i-1's, from storage
+    stats |= recent.save_recent(window, played.result.episodes, iteration, out_dir)
     (Path(out_dir) / "stats.json").write_text(json.dumps(stats, indent=2))
     upload(cfg, out_dir, run_uri(cfg, run_name, iteration, "rollout"))
     log(f"iteration {iteration}: rollout reward {stats['rollout/normalized_reward']:.3f}")
