@@ -629,9 +629,13 @@ def register(tmp_path, monkeypatch):
     """The chart's script; its `sparring compile` stand-in writes the rendered config as the
     package, so the version's content hash follows the config."""
     module = load_module(CHART / "files" / "register_pipeline.py", "register_pipeline")
-    monkeypatch.setattr(
-        module, "compile_pipeline", lambda cfg, pkg: Path(pkg).write_text(Path(cfg).read_text())
-    )
+    module.targets = []  # the KFP release each compile was for
+
+    def compile_pipeline(cfg: str, pkg: str, kfp_version: str) -> None:
+        module.targets.append(kfp_version)
+        Path(pkg).write_text(Path(cfg).read_text())
+
+    monkeypatch.setattr(module, "compile_pipeline", compile_pipeline)
     return module
 
 
@@ -674,6 +678,20 @@ def test_register_creates_then_versions_then_is_idempotent(register, chart, tmp_
     once = {k: v for k, v in env.items() if not k.startswith("RECURRING")}
     register.main(once, existing, healthz=HEALTHY)
     assert existing.calls == ["get_pipeline_id (shared)"]  # a retried Job uploads nothing twice
+    # compiled for the backend it found: 2.17 keeps the run deadline, 2.16 parses its spec
+    register.main(once, existing, healthz={**HEALTHY, "tag_name": "2.16.0"})
+    assert register.targets == ["2.17", "2.17", "2.17", "2.16"]
+
+
+def test_the_compile_target_follows_the_backend(register):
+    target = register.compile_target
+    assert [target(t) for t in ("2.17.0", "v2.18.1", "2.16.9", "2.14.0", "unknown")] == [
+        "2.17",
+        "2.17",
+        "2.16",
+        "2.16",
+        "2.16",
+    ]
 
 
 def test_install_uninstall_reinstall_and_rollback(register, chart, tmp_path):

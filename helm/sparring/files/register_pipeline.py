@@ -6,8 +6,10 @@ image):
 0. Ask the KFP API which backend it is (`GET /apis/v2beta1/healthz`: `tag_name`, `multi_user`)
    and fail early, naming the fix, when it is older than `$KFP_MIN_VERSION` or its mode is not
    `$KFP_MULTI_USER`.
-1. `sparring compile --config $PIPELINE_CONFIG -o $PIPELINE_PACKAGE` turns the rendered config
-   into pipeline IR (same command, same config as a user's laptop).
+1. `sparring compile --config $PIPELINE_CONFIG --kfp-version <2.16|2.17> -o $PIPELINE_PACKAGE`
+   turns the rendered config into pipeline IR (same command, same config as a user's laptop),
+   for the backend step 0 found: 2.17 on a 2.17 or later backend (which then gets the run
+   deadline), else 2.16 (whose API server would drop a 2.17 platform spec).
 2. Upload it as a version of pipeline `$PIPELINE_NAME` named by its content,
    `$PIPELINE_VERSION_PREFIX-<sha256 of the compiled pipeline, 12 hex>`, unless that version
    exists (multi-user KFP: a pipeline of the profile namespace `$KFP_NAMESPACE`). A reinstall
@@ -81,9 +83,17 @@ def read_token() -> str | None:
     return Path(TOKEN_PATH).read_text().strip() if Path(TOKEN_PATH).exists() else None
 
 
-def compile_pipeline(config: str, package: str) -> None:
+def compile_target(version: str) -> str:
+    """The KFP release to compile for on a backend reporting `version`: 2.17 from 2.17 on,
+    else 2.16 (also for a build that reports no version)."""
+    have = parse_version(version)
+    return "2.17" if have is not None and have >= (2, 17, 0) else "2.16"
+
+
+def compile_pipeline(config: str, package: str, kfp_version: str) -> None:
     """Step 1: `sparring compile`, the same entry point users run."""
-    subprocess.run(["sparring", "compile", "--config", config, "-o", package], check=True)
+    command = ["sparring", "compile", "--config", config, "--kfp-version", kfp_version]
+    subprocess.run([*command, "-o", package], check=True)
 
 
 def version_name(prefix: str, package: str) -> str:
@@ -220,7 +230,7 @@ def main(
     version = check_backend(health, env.get("KFP_MIN_VERSION", "2.14.0"), multi_user)
     print(f"KFP {version}, {'multi-user' if multi_user else 'standalone'}")
     package = env.get("PIPELINE_PACKAGE", "/tmp/pipeline.yaml")
-    compile_pipeline(env["PIPELINE_CONFIG"], package)
+    compile_pipeline(env["PIPELINE_CONFIG"], package, compile_target(version))
     client = client or make_client(env)
     pipeline_id, version_id = upload(
         client,
