@@ -383,13 +383,7 @@ def upload_dir(
             "registered model version may point at it). Upload to a new run or iteration."
         )
     store.delete(MANIFEST)
-    present = store.sizes()
-    for entry in entries:
-        if (
-            present.get(entry.path) == entry.size
-            and store.stored_sha256(entry.path) == entry.sha256
-        ):
-            continue
+    for entry in _missing(store, entries):
         store.put(Path(local_dir) / entry.path, entry)
     store.write_text(MANIFEST, json.dumps({"files": [e.__dict__ for e in entries]}, indent=1))
     return entries
@@ -398,6 +392,17 @@ def upload_dir(
 def read_text(uri: str, rel: str, config: StorageConfig | None = None) -> str | None:
     """The text of the file `rel` under `uri`; None if there is none."""
     return _open_store(uri, config).read_text(rel)
+
+
+def _missing(store: _Store, entries: list[FileEntry]) -> list[FileEntry]:
+    """The entries `store` does not already hold with their size and sha256 (what a retried
+    upload or copy still has to write)."""
+    present = store.sizes()
+    return [
+        e
+        for e in entries
+        if not (present.get(e.path) == e.size and store.stored_sha256(e.path) == e.sha256)
+    ]
 
 
 def _manifest(store: _Store) -> list[FileEntry]:
@@ -482,13 +487,7 @@ def copy_dir(src: str, dst: str, config: StorageConfig | None = None) -> list[Fi
         if _manifest(target) == entries:
             return entries
         raise AlreadyStoredError(f"{dst} already holds a complete upload with other files.")
-    present = target.sizes()
-    for entry in entries:
-        if (
-            present.get(entry.path) == entry.size
-            and target.stored_sha256(entry.path) == entry.sha256
-        ):
-            continue
+    for entry in _missing(target, entries):
         if type(source) is type(target):
             target.copy(source, entry)
         else:  # another kind of store: through a local file

@@ -36,6 +36,16 @@ def shipped(name: str) -> PipelineConfig:
     return PipelineConfig.model_validate(yaml.safe_load((CONFIG_DIR / name).read_text()))
 
 
+def compiled(cfg: PipelineConfig, lengths, size, tmp_path: Path) -> dict[int, int]:
+    """{iterations: size(the compiled pipeline)} of `cfg` at each of `lengths`."""
+    return {
+        n: size(
+            compile_pipeline(cfg.model_copy(update={"iterations": n}), str(tmp_path / f"{n}.yaml"))
+        )
+        for n in lengths
+    }
+
+
 def test_cap_from_the_growth_by_hand():
     # whole: 500,000 + 200,000/it.; compressed: 100,000 + 20,000/it.; limits 1,000,000 x 0.9
     g = Growth(0, 0, 500_000, 200_000, 100_000, 20_000)
@@ -57,13 +67,9 @@ def test_the_gpu_configs_cap_matches_compiles_at_cap_and_cap_plus_one(tmp_path):
     # each iteration adds 3-4 tasks, each holding its pod-spec patch several times over
     assert growth.workflow_per_iteration > 4 * growth.ir_per_iteration > 0
     assert growth.compressed_per_iteration < growth.workflow_per_iteration / 4  # gzip
-    sizes = {}
-    for n in (cap, cap + 1):
-        package = compile_pipeline(
-            cfg.model_copy(update={"iterations": n}), str(tmp_path / f"{n}.yaml")
-        )
-        sizes[n] = compressed_workflow_bytes(package)
-        assert sizes[n] == pytest.approx(growth.stored_bytes(n), rel=0.01)
+    sizes = compiled(cfg, (cap, cap + 1), compressed_workflow_bytes, tmp_path)
+    for n, size in sizes.items():
+        assert size == pytest.approx(growth.stored_bytes(n), rel=0.01)
     # a run at the cap fits; one past it the estimate is over, and the real size is over or
     # within the estimate's 1% of the budget (the cap is exact or one short, never too long)
     assert sizes[cap] <= BUDGET < growth.stored_bytes(cap + 1)
@@ -80,13 +86,9 @@ def test_the_retryable_runs_of_a_shipped_config_match_compiles(name, tmp_path):
     n = retryable_iterations(cfg)
     assert n == growth.retryable() >= 1
     budget = workflow_size.RETRY_LIMIT * (1 - workflow_size.MARGIN)
-    sizes = {}
-    for k in (n, n + 1):
-        package = compile_pipeline(
-            cfg.model_copy(update={"iterations": k}), str(tmp_path / f"{k}.yaml")
-        )
-        sizes[k] = estimate_workflow_bytes(package)
-        assert sizes[k] == pytest.approx(growth.workflow_bytes(k), rel=0.01)
+    sizes = compiled(cfg, (n, n + 1), estimate_workflow_bytes, tmp_path)
+    for k, size in sizes.items():
+        assert size == pytest.approx(growth.workflow_bytes(k), rel=0.01)
     assert sizes[n] <= budget < sizes[n + 1]
 
 
