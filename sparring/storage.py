@@ -363,7 +363,11 @@ def artifact_uri(root: str, run: str, iteration: int, name: str) -> str:
 
 
 def upload_dir(
-    local_dir: str | Path, uri: str, config: StorageConfig | None = None, write_once: bool = False
+    local_dir: str | Path,
+    uri: str,
+    config: StorageConfig | None = None,
+    write_once: bool = False,
+    entries: list[FileEntry] | None = None,
 ) -> list[FileEntry]:
     """Upload `local_dir` to `uri`, then write the manifest; returns the manifest's entries.
 
@@ -371,9 +375,10 @@ def upload_dir(
     interrupted upload finishes it. Any old manifest is removed first, so until this returns the
     destination never looks complete. With `write_once` (checkpoints), a destination that
     already holds a complete manifest is left alone: the same files are a no-op (a retried
-    task), other files raise AlreadyStoredError.
+    task), other files raise AlreadyStoredError. `entries`: `scan_dir(local_dir)` if the caller
+    already has it (every file is hashed once).
     """
-    entries = scan_dir(local_dir)
+    entries = entries if entries is not None else scan_dir(local_dir)
     store = _open_store(uri, config)
     if write_once and store.read_text(MANIFEST) is not None:
         if _manifest(store) == entries:

@@ -73,12 +73,12 @@ def publish(
     """Upload the HF folder `local_dir` to `uri` (write-once: a retried producer's same files
     are a no-op; None = content-addressed under `<root>/models/`) and reference it in
     `ref_dir`."""
-    config = cfg.storage.client_config()
+    files = storage.scan_dir(local_dir)  # every file hashed once: the name and the upload
     if uri is None:
-        files = storage.scan_dir(local_dir)
         digest = hashlib.sha256(repr(files).encode()).hexdigest()[:32]
         uri = f"{cfg.storage.root.rstrip('/')}/models/{digest}/checkpoint"
-    files = storage.upload_dir(local_dir, uri, config, write_once=True)
+    config = cfg.storage.client_config()
+    files = storage.upload_dir(local_dir, uri, config, write_once=True, entries=files)
     log(f"stored checkpoint {uri} ({sum(e.size for e in files) / 1e9:.2f} GB)")
     return write(ref_dir, uri, files)
 
