@@ -157,7 +157,8 @@ def rollout(
     schedule: str | Path | None = None,
 ) -> dict[str, float]:
     """Play `games` games (train states, rotating per iteration) and upload them, with the
-    learner's rolling window of recent plays per role (`sparring.loop.recent`); with
+    learner's rolling window of recent plays per role for a game with a `role_breakdown`
+    (`sparring.loop.recent`); with
     `train.min_groups`, more games until that many groups carry signal (`steps.TopUp`).
 
     Pure self-play, or with `opponents.selfplay_fraction` < 1 the opponent mix of
@@ -193,8 +194,9 @@ def rollout(
         stats |= league.save_schedule(
             mix, states, iteration, played.result.episodes, out_dir, models
         )
-    window = recent.recent_state(cfg, run_name, iteration)  # rollout i-1's, from storage
-    stats |= recent.save_recent(window, played.result.episodes, iteration, out_dir)
+    if cfg.game.cls.role_breakdown:  # per-role windows only where roles are reported
+        window = recent.recent_state(cfg, run_name, iteration)  # rollout i-1's, from storage
+        stats |= recent.save_recent(window, played.result.episodes, iteration, out_dir)
     (Path(out_dir) / "stats.json").write_text(json.dumps(stats, indent=2))
     upload(cfg, out_dir, run_uri(cfg, run_name, iteration, "rollout"))
     log(f"iteration {iteration}: rollout reward {stats['rollout/normalized_reward']:.3f}")
