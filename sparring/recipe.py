@@ -24,7 +24,7 @@ from sparring.opponents import DifficultyConfig, past_steps
 from sparring.rollout import RolloutConfig
 from sparring.samples import check_group_key
 from sparring.train_config import GRPOConfig, SFTConfig
-from sparring.verl_backend.config import VerlConfig
+from sparring.verl_backend.config import VerlConfig, verl_group_key
 
 
 class _Strict(BaseModel):
@@ -169,6 +169,9 @@ class Recipe(_Strict):
                 )
         key = check_group_key(game, train.get("group_key", game.cls.default_group_key))
         data["train"] = {**train, "group_key": key, **_rollout_correction(data, train)}
+        verl = _as_dict(data.get("verl"))
+        if "group_key" in verl:
+            data["verl"] = {**verl, "group_key": verl_group_key(game, verl["group_key"])}
         if train.get("balance_by") not in (None, "batch"):  # the samples carry the column
             data["train"]["balance_by"] = check_group_key(game, train["balance_by"])
         if data["train"].get("optimizer_state") == "carry":  # one lr schedule for the run

@@ -8,8 +8,35 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from sparring.games import GameSpec
+from sparring.samples import check_group_key
+
 AGENT_NAME = "sparring_selfplay"
 """The agent loop registered in `sparring.verl_backend.agent_loop`."""
+ESTIMATOR_NAME = "sparring_group"
+"""The advantage estimator registered in `sparring.verl_backend.estimator`."""
+LOOP_MANAGER = "sparring.verl_backend.estimator.GroupLabelManager"
+"""verl's agent-loop manager, subclassed to hand each row's group label to the estimator."""
+ROUTE_GROUP_KEYS = ("init_seat", "role")
+"""Generic group keys a verl row carries (`sparring.verl_backend.data`), besides the game's
+own `extra_group_keys`. `game`, `init` and `batch` are not among them: each row replays its
+own games for one seat."""
+
+
+def verl_group_key(game: GameSpec, key: str) -> str:
+    """`key` under its current name (a game's synonym or deprecated alias resolved) if a verl
+    row of `game` can carry it; else a ValueError naming the keys that work."""
+    valid = [*ROUTE_GROUP_KEYS, *game.cls.extra_group_keys]
+    try:
+        resolved = check_group_key(game, key)
+    except ValueError:
+        resolved = None
+    if resolved not in valid:
+        raise ValueError(
+            f"verl.group_key={key!r}: the verl route groups {game.name}'s rows by one of "
+            f"{valid}; use train_backend: torch with train.group_key for the others"
+        )
+    return resolved
 
 
 class RayJobSettings(BaseModel):
@@ -59,10 +86,9 @@ class VerlConfig(BaseModel):
     kl_coef: float = Field(0.001, ge=0)
     """KL-to-reference loss weight (low_var_kl); 0 turns the KL loss and the ref model off."""
     group_key: str = "init_seat"
-    """Only `init_seat` (stock GRPO: rows are state x seat, so verl's uid groups "same state,
-    same seat"). Pooling across states (role, a game's own keys) needs each row's uid tagged
-    with its group, which verl's trainer does not let a dataset do: use train_backend: torch
-    for those keys."""
+    """The GRPO group of each row: `init_seat` (same state, same seat: verl's own uid
+    groups), `role`, or one of the game's `extra_group_keys` (Diplomacy's `country` pools a
+    power's rows across states); checked against the game by the recipe (`verl_group_key`)."""
     norm_adv_by_std: bool = True
     tp_size: int = Field(1, ge=1)
     """SGLang tensor-parallel size of each rollout replica."""
@@ -84,12 +110,6 @@ class VerlConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> VerlConfig:
-        if self.group_key != "init_seat":
-            raise ValueError(
-                f"verl.group_key={self.group_key!r}: the verl backend groups by init_seat only "
-                "(verl assigns each row a fresh uid and exposes no custom group label); use "
-                "train_backend: torch with train.group_key for role or a game's own keys"
-            )
         if self.train_batch_size % self.ppo_mini_batch_size:
             raise ValueError(
                 f"train_batch_size ({self.train_batch_size}) must be a multiple of "

@@ -1,9 +1,11 @@
 """verl dataset rows for online self-play: one row per (initial state, focal seat).
 
-verl gives every dataset row a fresh `uid` and generates it `rollout.n` times, and stock GRPO
-groups by `uid`. A row per (state, seat) therefore makes each GRPO group "same initial state,
-same seat", with group size `rollout.n`: the `init` key of the pipeline's own rollout, split by
-seat. Columns (what verl's RLHFDataset and agent-loop worker read):
+verl gives every dataset row a fresh `uid` and generates it `rollout.n` times. The
+`sparring_group` estimator (`sparring.verl_backend.estimator`) groups the rows by their
+`extra_info.group_key` label: under `init_seat` a group is one row's `rollout.n` plays ("same
+initial state, same seat", verl's own uid groups); under `role` or a game's own key it pools
+the rows of every state that share the label. Columns (what verl's RLHFDataset and agent-loop
+worker read):
     data_source   "sparring/<game>"
     prompt        the focal seat's opening chat messages (verl's `raw_prompt`; the loop renders
                   its own tokens, this only has to fit data.max_prompt_length)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from sparring.verl_backend.config import AGENT_NAME, VerlConfig
+from sparring.verl_backend.config import AGENT_NAME, ESTIMATOR_NAME, LOOP_MANAGER, VerlConfig
 
 __all__ = [
     "VerlConfig",
@@ -60,7 +60,9 @@ def verl_overrides(
     ray = [f"ray_kwargs.ray_init.num_cpus={cfg.ray_num_cpus}"] if cfg.ray_num_cpus else []
     return [
         *ray,
-        "algorithm.adv_estimator=grpo",  # rows are state x seat: uid groups by init_seat
+        "trainer.use_v1=True",  # the manager below subclasses the V1 trainer's
+        f"algorithm.adv_estimator={ESTIMATOR_NAME}",  # GRPO over extra_info.group_key
+        f"+{rollout}.agent.agent_loop_manager_class={LOOP_MANAGER}",  # hands it the labels
         f"algorithm.norm_adv_by_std_in_grpo={cfg.norm_adv_by_std}",
         "algorithm.use_kl_in_reward=False",
         f"data.train_files={train_files}",

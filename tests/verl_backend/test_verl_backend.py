@@ -1,6 +1,6 @@
-"""The verl backend on CPU: the agent loop driven by the tiny model, dataset rows, the
-registered estimator against hand computations, and the launch command composed by verl's own
-Hydra config. The GPU parts (SGLang servers, FSDP workers, Ray) are not run here.
+"""The verl backend on CPU: the agent loop driven by the tiny model, dataset rows, and the
+launch command composed by verl's own Hydra config (the registered estimator:
+test_verl_group_estimator.py). The GPU parts (SGLang servers, FSDP workers, Ray) are not run here.
 
 `HFServerManager` stands in for verl's LLM server manager: the same
 `await generate(request_id, prompt_ids=..., sampling_params=...) -> TokenOutput` call, served by
@@ -194,12 +194,7 @@ def test_rows_are_state_by_seat_and_replay_the_prompt(rows, tmp_path):
         )
 
 
-# ---- the registered estimator -------------------------------------------------------------
-def test_custom_group_keys_are_rejected_with_the_fix():
-    with pytest.raises(ValueError, match="groups by init_seat only"):
-        VerlConfig(group_key="role")
-
-
+# ---- the launch (the registered estimator: test_verl_group_estimator.py) -------------------
 def test_overrides_compose_with_verls_own_config(tmp_path):
     from hydra import compose, initialize_config_dir
 
@@ -211,7 +206,7 @@ def test_overrides_compose_with_verls_own_config(tmp_path):
     with initialize_config_dir(config_dir=str(VERL_CONFIG_DIR), version_base=None):
         composed = compose(config_name="ppo_trainer", overrides=args)
     r = composed.actor_rollout_ref.rollout
-    assert composed.algorithm.adv_estimator == "grpo"
+    assert composed.algorithm.adv_estimator == "sparring_group"
     assert (r.name, r.n, r.tensor_model_parallel_size, r.multi_turn.enable) == (
         "sglang",
         6,
