@@ -23,6 +23,10 @@ REFERENCE_MATMUL = 215e9
 """FLOP/s of a 2048^2 fp32 matmul on 2 threads (`peak_flops.matmul_peak`) on the CPU where
 COSTS were measured."""
 TASK_SECONDS = 4.5  # one task's start-up: process, imports, S3 transfers, MLflow
+# Share of a GRPO update that `bypass_mode` skips, the trainer's old-log-prob pass (13% and
+# 21% measured: docs/results.md#what-bypass_mode-saves-in-a-grpo-step); COSTS' train costs
+# were measured with the pass.
+BYPASS_SAVING = 0.13
 
 
 class Costs(NamedTuple):
@@ -67,8 +71,9 @@ def estimate_seconds(cfg: PipelineConfig, matmul: float = REFERENCE_MATMUL) -> f
     budget = cfg.rollout.sampling.max_new_tokens * turns / costs.budget
     ws = cfg.warm_start
     sft = ws.num_states * ws.train.epochs * costs.sft if ws else 0.0
+    train = costs.train * (1 - BYPASS_SAVING * cfg.train.bypass_mode)
     per_iteration = (
-        cfg.games_per_iteration * (costs.rollout * budget + costs.train)
+        cfg.games_per_iteration * (costs.rollout * budget + train)
         + eval_games(cfg) * costs.eval * budget
     )
     once = (cfg.evaluate_start * eval_games(cfg) + test_games(cfg)) * costs.eval * budget

@@ -59,7 +59,7 @@ def test_longer_games_cost_more_but_not_the_train_step():
 def test_more_evaluation_and_warm_start_cost_more():
     default = seconds()
     assert seconds(**{"game_init.num_val": 128}) > default
-    assert seconds(**{"eval.modes": ["selfplay"]}) < default
+    assert seconds(**{"eval.modes": ["selfplay", "vs_scripted"]}) > default  # the default: selfplay
     assert seconds(**{"warm_start.num_states": 600}) > default
     assert seconds(**{"warm_start.train.epochs": 6}) > default
 
@@ -67,7 +67,20 @@ def test_more_evaluation_and_warm_start_cost_more():
 def test_eval_games_count_each_mode_and_seat():
     cfg = config()
     assert eval_games(cfg) == cfg.game_init.num_val * (1 + 2 * ("vs_scripted" in cfg.eval.modes))
-    assert eval_games(config(**{"eval.num_games": 16})) == 16 * 3  # fewer states than num_val
+    both = {"eval.modes": ["selfplay", "vs_scripted"]}
+    assert eval_games(config(**both, **{"eval.num_games": 16})) == 16 * 3  # fewer than num_val
+
+
+def test_bypassing_the_old_log_prob_pass_saves_train_time_only():
+    """`bypass_mode` skips the trainer's old-log-prob pass: a share of each GRPO update, so the
+    saving grows with the games trained and not with the length of the rollout's games."""
+
+    def saving(**overrides) -> float:
+        return seconds(**overrides, **{"train.bypass_mode": False}) - seconds(**overrides)
+
+    assert saving() > 0
+    assert saving(games_per_iteration=256) == pytest.approx(2 * saving())
+    assert saving(**{"game.params.max_turns": 12}) == pytest.approx(saving())
 
 
 def test_the_real_model_costs_more_than_the_tiny_one_on_the_same_work():
