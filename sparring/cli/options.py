@@ -12,23 +12,29 @@ from pydantic import BaseModel, ValidationError
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
 
 
+NULL = object()
+"""An override that sets its field to null (`KEY=null`), unlike None: an option left unset."""
+
+
 def parse_params(pairs: tuple[str, ...], prefix: str = "") -> dict[str, Any]:
-    """`("k=4", "max_turns=20")` -> {"k": 4, "max_turns": 20} (values parsed as YAML), each key
-    under `prefix` (e.g. "game.params." for `load_config` overrides)."""
+    """`("k=4", "max_turns=20")` -> {"k": 4, "max_turns": 20} (values parsed as YAML; `KEY=null`
+    gives `NULL`), each key under `prefix` (e.g. "game.params." for `load_config` overrides)."""
     out = {}
     for pair in pairs:
         if "=" not in pair:
             raise click.BadParameter(f"expected KEY=VALUE, got {pair!r}")
         key, value = pair.split("=", 1)
-        out[prefix + key.strip()] = yaml.safe_load(value)
+        parsed = yaml.safe_load(value)
+        out[prefix + key.strip()] = NULL if parsed is None else parsed
     return out
 
 
 def load_config(cls: type[ConfigT], path: str | None, overrides: dict[str, Any]) -> ConfigT:
     """Build `cls` from an optional YAML file plus overrides (None values are ignored).
 
-    Dotted override keys set nested fields: {"sampling.temperature": 0.7}. A section given
-    as a plain string in YAML (`game: matching`) is its `name`.
+    Dotted override keys set nested fields: {"sampling.temperature": 0.7}; `NULL` sets a field
+    to null (`warm_start=null` drops the warm start). A section given as a plain string in YAML
+    (`game: matching`) is its `name`.
     """
     data: dict[str, Any] = {}
     if path:
@@ -45,7 +51,7 @@ def load_config(cls: type[ConfigT], path: str | None, overrides: dict[str, Any])
             if isinstance(node.get(p), str):
                 node[p] = {"name": node[p]}
             node = node.setdefault(p, {})
-        node[leaf] = value
+        node[leaf] = None if value is NULL else value
     try:
         return cls.model_validate(data)
     except ValidationError as e:

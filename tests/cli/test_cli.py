@@ -148,3 +148,16 @@ def test_bad_config_is_a_usage_error(tmp_path):
 def test_missing_required_option_fails_cleanly(cmd):
     res = CliRunner().invoke(main, [cmd])
     assert res.exit_code == 2 and "Missing option" in res.output
+
+
+def test_an_override_of_null_clears_the_field_and_an_unset_option_does_not():
+    """`--set warm_start=null` drops the config's warm start (it used to be ignored, so the arm
+    warm-started a second time); None, an option left unset, keeps the file's value."""
+    from sparring.cli.options import load_config, parse_params
+    from sparring.loop.config import DEFAULT_CONFIG, PipelineConfig
+
+    path = str(DEFAULT_CONFIG)
+    cleared = load_config(PipelineConfig, path, parse_params(("warm_start=null", "model=/m")))
+    assert cleared.warm_start is None and cleared.model == "/m"
+    kept = load_config(PipelineConfig, path, {"warm_start": None, "iterations": None})
+    assert kept.warm_start is not None and kept.iterations == 4
