@@ -171,6 +171,7 @@ class DiplomacyGame(Game):
         "hold": "sparring.games.diplomacy.bots:HoldBot",
         "random-legal": "sparring.games.diplomacy.bots:RandomLegalBot",
         "greedy": "sparring.games.diplomacy.bots:GreedyBot",
+        "support": "sparring.games.diplomacy.bots:SupportBot",
     }
     default_opponent = "greedy"
     extra_group_keys = ("country", "country_stage", "country_alliance")
@@ -504,8 +505,10 @@ class DiplomacyGame(Game):
     @classmethod
     def baselines(cls) -> tuple[Baseline, ...]:
         """Each bot of `BOTS` in the learner's country against the `vs_scripted` opponent in the
-        other six, played: `hold` and `random-legal` trivial, `greedy` a reference."""
-        return tuple(Baseline(b, VS_SCRIPTED, trivial=b != "greedy", agent=b) for b in BOTS)
+        other six, played: `hold` and `random-legal` trivial, `greedy` and `support`
+        references."""
+        trivial = ("hold", "random-legal")
+        return tuple(Baseline(b, VS_SCRIPTED, trivial=b in trivial, agent=b) for b in BOTS)
 
     @classmethod
     def write_report(cls, metrics: dict[str, float], out_dir: Path) -> dict[str, Path]:

@@ -371,6 +371,7 @@ def test_vs_scripted_plays_every_bot_in_every_country():
 
     lineups = DiplomacyGame.eval_lineups("vs_scripted", "greedy")
     modes = {"vs_scripted": "greedy", "vs_hold": "hold", "vs_random-legal": "random-legal"}
+    modes["vs_support"] = "support"
     assert sorted(x.mode for x in lineups) == sorted(list(modes) * 7)
     for x in lineups:
         assert sorted(x.seats) == sorted([LEARNER] + [modes[x.mode]] * 6)

@@ -76,9 +76,9 @@ def test_evaluate_against_every_bot_in_every_country(inits, tmp_path, tiny_model
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     grid = country_grid(metrics)
     # vs_scripted is the default opponent (greedy); the other bots are modes of their own
-    assert list(grid) == ["vs_hold", "vs_random-legal", "vs_scripted", "selfplay"]
+    assert list(grid) == ["vs_hold", "vs_random-legal", "vs_support", "vs_scripted", "selfplay"]
     assert all(set(row) == set(ROLES) for row in grid.values())
-    for mode in ("vs_hold", "vs_random-legal", "vs_scripted"):
+    for mode in ("vs_hold", "vs_random-legal", "vs_support", "vs_scripted"):
         assert metrics[f"eval/{mode}/FRANCE/games"] == 1.0
         assert 0.0 <= metrics[f"eval/{mode}/all/normalized_reward"] <= 1.0
         assert {f"eval/{mode}/{r}/invalid_rate" for r in ROLES} <= set(metrics)
@@ -87,6 +87,7 @@ def test_evaluate_against_every_bot_in_every_country(inits, tmp_path, tiny_model
     # the bots as baselines: each in the learner's country against greedy, on the same state
     trivial = [metrics[f"eval/baseline/{b}"] for b in ("hold", "random-legal")]
     assert 0.0 < metrics["eval/baseline/greedy"] <= 1.0
+    assert 0.0 < metrics["eval/baseline/support"] <= 1.0
     model = metrics["eval/vs_scripted/all/normalized_reward"]  # one state: no pairing to do
     assert metrics["eval/gain_over_best_trivial"] == pytest.approx(model - max(trivial))
     games = json.loads((tmp_path / "rewards.json").read_text())["vs_scripted"]
