@@ -7,6 +7,7 @@
     .venv/bin/python bench/learning.py --set iterations=1 --set games_per_iteration=8 \\
         --set game_init.num_val=4 --set warm_start.num_states=8   # smoke size
     .venv/bin/python bench/learning.py --control sft --seeds 0 1 2   # against the SFT control
+    .venv/bin/python bench/learning.py --seeds 0 1 2 --arm carry train.optimizer_state=carry
 
 Each training seed runs `sparring.loop.runner.run_loop`, the loop `sparring run` runs, on the
 config with `--set` overrides and the training seed (`sparring.loop.replicates.seeded`: the
@@ -30,6 +31,12 @@ side per seed (test start, final and gain of each, GRPO minus the control paired
 test games), their mean and s.e. across seeds, and ends with
 `RESULT real_gain_over_sft_control <mean over seeds of GRPO's final test score minus the
 control's>` and `RESULT real_gain_over_sft_control_se_seeds <its s.e. across seeds>`.
+
+`--arm NAME KEY=VALUE...` (repeatable) runs each seed again per arm with those overrides, from
+the seed's warm-started model (the arm's `warm_start` is dropped, so the recipe and its arms
+share one start), and compares each arm's final model with the recipe's on the test games,
+paired, per seed and across seeds: `RESULT arm_<NAME>_minus_recipe <mean over seeds>` and
+`RESULT arm_<NAME>_minus_recipe_se_seeds <its s.e. across seeds>`.
 """
 
 from __future__ import annotations
@@ -45,13 +52,19 @@ import numpy as np
 
 from sparring.cli.options import load_config, parse_params
 from sparring.loop.config import DEFAULT_CONFIG, PipelineConfig
-from sparring.loop.control import compare, control_config, format_comparison
+from sparring.loop.control import compare, control_config, final_difference, format_comparison
 from sparring.loop.replicates import Replicate, format_replicates, seeded, summarize
 from sparring.loop.runner import Iteration, run_loop
 from sparring.stats import mean_se, paired_gain
 
 # What a row prints beside the champion metric (those present).
-SHOWN = ("rollout/normalized_reward", "train/pg_clipfrac", "train/ppo_kl", "train/no_signal")
+SHOWN = (
+    "rollout/normalized_reward",
+    "rollout/invalid_rate",
+    "train/pg_clipfrac",
+    "train/ppo_kl",
+    "train/no_signal",
+)
 
 
 def measured(base: PipelineConfig, seed: int, out: Path) -> PipelineConfig:
@@ -86,17 +99,36 @@ def saved_figure(path: Path, title: str, size: tuple[float, float] = (6.5, 3.8))
     plt.close(fig)
 
 
-def plot(curves: dict[int, list[dict]], controls: dict[int, list[dict]], path: Path, title: str):
+def plot(arms: dict[str, dict[int, list[dict]]], path: Path, title: str):
+    """One line per arm and seed: the recipe's solid, the SFT control's and other arms' dashed."""
     with saved_figure(path, title) as ax:
-        for seed, curve in curves.items():
-            x, y = [r["iteration"] for r in curve], [r["reward"] for r in curve]
-            ax.plot(x, y, "o-", label=f"seed {seed}")
-        for seed, curve in controls.items():
-            x, y = [r["iteration"] for r in curve], [r["reward"] for r in curve]
-            ax.plot(x, y, "s--", alpha=0.7, label=f"seed {seed}, SFT control")
+        for i, (arm, curves) in enumerate(arms.items()):
+            style = "o-" if i == 0 else "s--"
+            for seed, curve in curves.items():
+                x, y = [r["iteration"] for r in curve], [r["reward"] for r in curve]
+                label = f"seed {seed}" + ("" if i == 0 else f", {arm}")
+                ax.plot(x, y, style, alpha=1 if i == 0 else 0.7, label=label)
         ax.set_xlabel("iteration (the first point: the start, before any update)")
         ax.set_ylabel("val reward")
         ax.legend(fontsize=8)
+
+
+def arm_config(args: argparse.Namespace, base: PipelineConfig, seed: int, name: str,
+               sets: list[str], out: Path) -> PipelineConfig:  # fmt: skip
+    """Arm `name` of training seed `seed`: the recipe with the arm's overrides, started from the
+    seed's warm-started model (no warm start of its own)."""
+    start = [f"model={out / f'seed-{seed}' / 'warm'}", "warm_start=null"] if base.warm_start else []
+    arm = load_config(PipelineConfig, args.config, parse_params(tuple(args.set + start + sets)))
+    return measured(arm, seed, out).model_copy(update={"run_name": f"seed-{seed}-{name}"})
+
+
+def format_arm(name: str, sets: list[str], per_seed: dict[int, tuple[float, float]]) -> str:
+    """Arm `name`'s final test score minus the recipe's per seed (paired over the test games),
+    then their mean and standard error across seeds."""
+    lines = [f"arm {name} ({' '.join(sets)}) minus the recipe, final model on test:"]
+    lines += [f"  seed {seed}: {d:+.3f} ± {se:.3f} (paired)" for seed, (d, se) in per_seed.items()]
+    mean, se = mean_se([d for d, _ in per_seed.values()])
+    return "\n".join([*lines, f"  mean {mean:+.3f} ± {se:.3f} (s.e. across seeds)"])
 
 
 def main() -> None:
@@ -112,32 +144,36 @@ def main() -> None:
                     help="also run each seed as the SFT control and compare on test")  # fmt: skip
     ap.add_argument("--control-budget", choices=["steps", "wall"], default="steps",
                     help="what the control matches per GRPO iteration")  # fmt: skip
+    ap.add_argument("--arm", nargs="+", action="append", default=[], metavar=("NAME", "KEY=VALUE"),
+                    help="also run each seed with these overrides from its warm start, and "
+                    "compare with the recipe on test; repeatable")  # fmt: skip
     args = ap.parse_args()
 
     base = load_config(PipelineConfig, args.config, parse_params(tuple(args.set)))
-    if args.control and not base.game_init.num_test:
-        ap.error("--control compares the arms on test states: set game_init.num_test > 0")
+    if (args.control or args.arm) and not base.game_init.num_test:
+        ap.error("--control and --arm compare on test states: set game_init.num_test > 0")
     out = Path(args.out or tempfile.mkdtemp(prefix="sparring-learning-"))
-    metric, curves, controls, gains, replicates = base.champion_metric, {}, {}, {}, []
-    versus: dict[int, dict[str, float]] = {}
+    metric, gains, replicates = base.champion_metric, {}, []
+    # every run's curve per seed: the recipe's first, then the SFT control's and each arm's
+    arms: dict[str, dict[int, list[dict]]] = {"recipe": {}}
+    versus: dict[int, dict[str, float]] = {}  # the SFT control's comparison per seed
+    arm_versus: dict[str, dict[int, tuple[float, float]]] = {a[0]: {} for a in args.arm}
     title = f"{base.name}: {metric}"
 
-    def run(cfg: PipelineConfig, seed: int, curves: dict, work: Path):
-        """`run_loop` on `cfg`, printing each evaluation and keeping it in `curves[seed]`."""
-        curve = curves.setdefault(seed, [])
+    def run(cfg: PipelineConfig, seed: int, arm: str, work: Path):
+        """`run_loop` on `cfg`, printing each evaluation and keeping it in `arms[arm][seed]`."""
+        curve = arms.setdefault(arm, {}).setdefault(seed, [])
 
         def report(it: Iteration) -> None:
-            curve.append(row(seed, it, metric) | ({"arm": "sft"} if cfg.sft_control else {}))
+            curve.append(row(seed, it, metric) | ({} if arm == "recipe" else {"arm": arm}))
             print(json.dumps({k: v for k, v in curve[-1].items() if k != "val_scores"}), flush=True)
-            (out / "learning.json").write_text(
-                json.dumps({"config": args.config, "curves": curves, "controls": controls})
-            )
+            (out / "learning.json").write_text(json.dumps({"config": args.config, "arms": arms}))
 
         return run_loop(cfg, work, on_iteration=report)
 
     for seed in args.seeds:
         cfg = measured(base, seed, out)
-        result = run(cfg, seed, curves, out / f"seed-{seed}")
+        result = run(cfg, seed, "recipe", out / f"seed-{seed}")
         gains[seed] = paired_gain(result.start.val_scores, result.iterations[-1].val_scores)
         print(f"seed {seed}: gain {gains[seed][0]:+.3f} ± {gains[seed][1]:.3f} (paired s.e.)")
         if result.test:
@@ -146,17 +182,30 @@ def main() -> None:
             spent = [it.metrics for it in result.iterations]
             control = control_config(cfg, spent, args.control_budget)
             control = control.model_copy(update={"run_name": f"{cfg.run_name}-sft"})
-            run(control, seed, controls, out / f"seed-{seed}-sft")
+            run(control, seed, "sft", out / f"seed-{seed}-sft")
             versus[seed] = compare(out / f"seed-{seed}", out / f"seed-{seed}-sft")
-    summary = {"gains": gains, "curves": curves, "config": args.config, "set": args.set}
+        for name, *sets in args.arm:
+            run(
+                arm_config(args, base, seed, name, sets, out),
+                seed,
+                name,
+                out / f"seed-{seed}-{name}",
+            )
+            arm_versus[name][seed] = final_difference(
+                out / f"seed-{seed}-{name}", out / f"seed-{seed}"
+            )
+    summary = {"gains": gains, "arms": arms, "config": args.config, "set": args.set}
     if replicates:
         summary["test"] = summarize(replicates)
         print(format_replicates(summary["test"], metric))
     if versus:
-        summary |= {"controls": controls, "versus_sft_control": versus}
+        summary["versus_sft_control"] = versus
         print(format_comparison(versus, metric))
+    for name, *sets in args.arm:
+        print(format_arm(name, sets, arm_versus[name]))
+    summary["versus_recipe"] = arm_versus
     (out / "learning.json").write_text(json.dumps(summary))
-    plot(curves, controls, out / "learning.png", title)
+    plot(arms, out / "learning.png", title)
     values = [g for g, _ in gains.values()]
     spread = (
         f" ± {np.std(values, ddof=1):.3f} (s.d. over {len(values)} seeds)"
@@ -169,6 +218,10 @@ def main() -> None:
         diff, se = mean_se([v["grpo_minus_sft"] for v in versus.values()])
         print(f"RESULT real_gain_over_sft_control {diff:.4f}")
         print(f"RESULT real_gain_over_sft_control_se_seeds {se:.4f}")
+    for name, per_seed in arm_versus.items():
+        diff, se = mean_se([d for d, _ in per_seed.values()])
+        print(f"RESULT arm_{name}_minus_recipe {diff:.4f}")
+        print(f"RESULT arm_{name}_minus_recipe_se_seeds {se:.4f}")
 
 
 if __name__ == "__main__":

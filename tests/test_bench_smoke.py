@@ -133,18 +133,26 @@ def smoke_args(*pairs: str) -> list[str]:
 def test_learning_bench_runs_the_product_loop_per_training_seed(tiny_model_dir, tmp_path):
     """Two training seeds of configs/pipeline.yaml through `run_loop`: each curve starts with
     the evaluation before any update, the RESULT is the mean of the seeds' paired gains, and
-    the test figures are summarized across the seeds."""
+    the test figures are summarized across the seeds. An arm starts from the seed's warm
+    start (the same start score) and is compared with the recipe on test, per seed."""
     sets = smoke_args(f"model={tiny_model_dir}", "games_per_iteration=16")
-    results = bench_results("learning.py", *sets, "--seeds", "0", "1", "--out", str(tmp_path))
+    arm = ("--arm", "hot", "rollout.sampling.temperature=2.0")
+    results = bench_results("learning.py", *sets, *arm, "--seeds", "0", "1", "--out", str(tmp_path))
     saved = json.loads((tmp_path / "learning.json").read_text())
-    assert sorted(saved["curves"]) == ["0", "1"]
-    for curve in saved["curves"].values():
+    curves = saved["arms"]["recipe"]
+    assert sorted(curves) == ["0", "1"]
+    for curve in curves.values():
         assert [row["iteration"] for row in curve] == [-1, 0]  # the start, then iteration 0
     gains = [gain for gain, _ in saved["gains"].values()]
-    assert list(results) == ["learning_gain"]
+    assert list(results)[0] == "learning_gain"
     assert results["learning_gain"] == pytest.approx(sum(gains) / 2, abs=5e-4)
-    for seed, curve in saved["curves"].items():  # the gain is the champion metric's change
+    for seed, curve in curves.items():  # the gain is the champion metric's change
         assert saved["gains"][seed][0] == pytest.approx(curve[-1]["reward"] - curve[0]["reward"])
+        hot = saved["arms"]["hot"][seed]
+        assert hot[0]["reward"] == curve[0]["reward"]  # one warm start, evaluated alike
+        assert not (tmp_path / f"seed-{seed}-hot" / "warm").exists()  # not warm-started again
+    versus = [d for d, _ in saved["versus_recipe"]["hot"].values()]
+    assert results["arm_hot_minus_recipe"] == pytest.approx(sum(versus) / 2, abs=5e-4)
     assert (tmp_path / "learning.png").stat().st_size > 1000
     test = saved["test"]  # both seeds' test gains, their mean and its s.e. across the two
     seeds = [test["seeds"][s]["test/gain"] for s in ("0", "1")]
@@ -162,7 +170,7 @@ def test_learning_bench_real_model(smollm2_dir, tmp_path):
     results = bench_results("learning.py", "--config", config, *sets, "--out", str(tmp_path))
     assert list(results) == ["learning_gain"] and abs(results["learning_gain"]) <= 1
     saved = json.loads((tmp_path / "learning.json").read_text())
-    assert [row["iteration"] for row in saved["curves"]["0"]] == [-1, 0]
+    assert [row["iteration"] for row in saved["arms"]["recipe"]["0"]] == [-1, 0]
 
 
 def test_engine_profile_rows_add_up_to_the_wall_time(tiny_model_dir, tmp_path):

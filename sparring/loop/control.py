@@ -74,12 +74,18 @@ def scores_on_test(work: str | Path) -> dict[str, dict[str, float]]:
     return json.loads((Path(work) / "test" / "test.json").read_text())["scores"]
 
 
+def final_difference(work: str | Path, other: str | Path) -> tuple[float, float]:
+    """The final model of the run in `work` minus that of the run in `other` on the test games
+    both played, game by game: the mean and its paired standard error."""
+    return paired_gain(scores_on_test(other)["final"], scores_on_test(work)["final"])
+
+
 def compare(grpo_work: str | Path, sft_work: str | Path) -> dict[str, float]:
     """One training seed's GRPO run and its SFT control on the test games: each arm's mean
     start and final score and its gain, and `grpo_minus_sft` with its paired standard error
     (GRPO's final score minus the control's, game by game)."""
     grpo, sft = scores_on_test(grpo_work), scores_on_test(sft_work)
-    diff, se = paired_gain(sft["final"], grpo["final"])
+    diff, se = final_difference(grpo_work, sft_work)
     figures = {"grpo_minus_sft": diff, "grpo_minus_sft_se": se}
     for arm, scores in (("grpo", grpo), ("sft", sft)):
         figures[f"{arm}_start"] = float(np.mean(list(scores["start"].values())))
