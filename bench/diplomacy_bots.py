@@ -11,7 +11,8 @@ for every seat) and seven times with the `support` bot in one power's seat (each
 turn). Per (state, power): supply centers gained since the start and the game's normalized
 reward, support bot minus greedy. Prints both means with standard errors over states x powers
 (and, for centers, over per-state means, since one state's seven powers share a board), then
-`RESULT support_bot_gain_over_greedy <mean center gain difference>` and its `_se` last.
+`RESULT <bot>_bot_gain_over_<opponent> <mean center gain difference>` and its `_se` last
+(`support_bot_gain_over_greedy` by default).
 """
 
 from __future__ import annotations
@@ -81,8 +82,9 @@ def main() -> None:
     print(f"{time.perf_counter() - start:.0f} s; {len(centers)} (state, power) pairs")
     print(f"normalized reward gain {reward:+.4f} ± {reward_se:.4f}")
     print(f"center gain over per-state means {gain:+.3f} ± {mean_se(by_state)[1]:.3f}")
-    print(f"RESULT support_bot_gain_over_greedy {gain:.4f}")
-    print(f"RESULT support_bot_gain_over_greedy_se {se:.4f}")
+    name = f"{args.bot}_bot_gain_over_{args.opponent}".replace("-", "_")
+    print(f"RESULT {name} {gain:.4f}")
+    print(f"RESULT {name}_se {se:.4f}")
 
 
 if __name__ == "__main__":
