@@ -100,14 +100,26 @@ def saved_figure(path: Path, title: str, size: tuple[float, float] = (6.5, 3.8))
 
 
 def plot(arms: dict[str, dict[int, list[dict]]], path: Path, title: str):
-    """One line per arm and seed: the recipe's solid, the SFT control's and other arms' dashed."""
+    """Per arm (the recipe first, then the SFT control and the other arms) one thin line per
+    seed and, with several seeds, their mean with its standard error across seeds."""
     with saved_figure(path, title) as ax:
         for i, (arm, curves) in enumerate(arms.items()):
-            style = "o-" if i == 0 else "s--"
+            color = f"C{i}"
             for seed, curve in curves.items():
                 x, y = [r["iteration"] for r in curve], [r["reward"] for r in curve]
-                label = f"seed {seed}" + ("" if i == 0 else f", {arm}")
-                ax.plot(x, y, style, alpha=1 if i == 0 else 0.7, label=label)
+                alone = len(curves) == 1
+                label = f"{arm}, seed {seed}" if alone else None
+                ax.plot(x, y, "o-", color=color, alpha=1 if alone else 0.25, lw=1, label=label)
+            if len(curves) > 1:
+                by_iteration: dict[int, list[float]] = {}
+                for curve in curves.values():
+                    for r in curve:
+                        by_iteration.setdefault(r["iteration"], []).append(r["reward"])
+                x = sorted(by_iteration)
+                mean, se = zip(*(mean_se(by_iteration[i]) for i in x), strict=True)
+                label = f"{arm}, mean of {len(curves)} seeds ± s.e."
+                ax.errorbar(x, mean, yerr=se, fmt="o-", color=color, lw=2, capsize=3, label=label)
+        ax.xaxis.get_major_locator().set_params(integer=True)
         ax.set_xlabel("iteration (the first point: the start, before any update)")
         ax.set_ylabel("val reward")
         ax.legend(fontsize=8)
