@@ -25,6 +25,7 @@ from sparring.cli.options import load_config
 from sparring.game_init import state_seed
 from sparring.games.diplomacy import ROLES
 from sparring.loop.config import CONFIG_DIR, PipelineConfig
+from sparring.stats import mean_se
 
 
 def play(game, state: dict, seats: list[str], seed: int) -> tuple[list[int], list[float]]:
@@ -36,10 +37,6 @@ def play(game, state: dict, seats: list[str], seed: int) -> tuple[list[int], lis
             game.step(seat, bots[seat].act(game, seat))
     gained = [r.centers - r.start_centers for r in game.results()]
     return gained, game.rewards
-
-
-def mean_se(xs: list[float]) -> tuple[float, float]:
-    return statistics.fmean(xs), statistics.stdev(xs) / len(xs) ** 0.5 if len(xs) > 1 else 0.0
 
 
 def main() -> None:
@@ -65,10 +62,10 @@ def main() -> None:
     for i in range(args.states):
         seed = state_seed(cfg.game_init.seed, "test", i)
         state = game.generate_state(seed)
-        ref_gain, ref_reward = play(game, state, [args.opponent] * 7, seed)
+        ref_gain, ref_reward = play(game, state, [args.opponent] * len(ROLES), seed)
         diffs = []
         for seat in range(len(ROLES)):
-            seats = [args.opponent] * 7
+            seats = [args.opponent] * len(ROLES)
             seats[seat] = args.bot
             gain, reward = play(game, state, seats, seed)
             diffs.append(gain[seat] - ref_gain[seat])
