@@ -17,12 +17,16 @@ Ties. A group whose rewards span less than `TIE_TOLERANCE` carries no signal and
 advantage exactly 0 (verl's float32 statistics would leave rounding noise, e.g. +0.056 on each
 of 16 rewards of 0.7); a batch of only such groups is `NoSignalError` in the trainer, and
 dynamic sampling drops such groups from the update (`signal_rows`).
+The transfer loss (`transfer_loss`, seed 001's cross-country transfer) is Sparring's own: an
+auxiliary term on hidden states, with nothing in verl to take it from.
 Losses take verl's `ActorConfig` (`actor_config`), whose `global_batch_info` carries the
 mini-batch's token and sequence counts, so micro-batch losses add up to the mini-batch loss
 exactly as in verl's own gradient accumulation.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -181,6 +185,27 @@ def kl_loss(
     loss = aggregate(kl, response_mask, config)
     mean = (kl * response_mask).sum() / response_mask.sum().clamp(min=1)
     return loss, mean.detach()
+
+
+def transfer_loss(
+    pooled: torch.Tensor,  # (B, H) each row's mean final hidden state over its prompt
+    roles: Sequence[str],  # (B,) each row's role
+    pairs: Sequence[tuple[str, str]],
+) -> tuple[torch.Tensor, int]:
+    """Seed 001's cross-role transfer loss: for each pair (a, b) with rows of both roles, the
+    mean squared difference (over H) between the mean `pooled` row of a and that of b,
+    averaged over those pairs; (0 in the graph, 0) when no pair has both. Returns
+    (loss, how many pairs were present)."""
+    labels = np.asarray(roles, dtype=object)
+    means = {}  # role -> (H,) mean of its rows
+    for role in {r for pair in pairs for r in pair}:
+        rows = np.flatnonzero(labels == role)
+        if len(rows):
+            means[role] = pooled[torch.as_tensor(rows, device=pooled.device)].float().mean(0)
+    gaps = [(means[a] - means[b]).pow(2).mean() for a, b in pairs if a in means and b in means]
+    if not gaps:
+        return pooled.float().sum() * 0.0, 0
+    return torch.stack(gaps).mean(), len(gaps)
 
 
 def advantage_stats(

@@ -10,7 +10,9 @@ in fp32, plus its exp for the entropy, is ~0.8 GB per tensor for SmolLM2 (V = 49
      backward: log p(y) = logit_y - logsumexp(logits), entropy = -sum(p * log p).
 The logits are divided by the temperature the tokens were sampled at (as verl and TRL do), so
 the log-probs, the entropy and the KL describe the distribution that actually played.
-Positions outside the mask get 0 (every consumer multiplies by the mask).
+Positions outside the mask get 0 (every consumer multiplies by the mask). `token_scores` can
+also average the final hidden states over other positions (a prompt's, for the trainer's
+transfer loss: sparring.grpo.transfer_loss) from the same forward pass.
 
 Models whose logits are not simply `lm_head(last hidden state)` (soft-capping, logit scaling)
 are detected once per model by comparing both on a few tokens; they take the model's own logits,
@@ -38,6 +40,26 @@ def token_log_probs(
     """log p(token t+1 | prefix) (B, T-1) fp32 of softmax(logits / temperature) and, if asked,
     its entropy (B, T-1); 0 where `response_mask` is 0. The entropy carries gradients only
     with `entropy_grad`."""
+    log_prob, entropy, _ = token_scores(
+        model, input_ids, attention_mask, response_mask, with_entropy, entropy_grad,
+        chunk_elements, temperature,
+    )  # fmt: skip
+    return log_prob, entropy
+
+
+def token_scores(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,  # (B, T)
+    attention_mask: torch.Tensor,  # (B, T)
+    response_mask: torch.Tensor,  # (B, T-1): position t scores token t+1
+    with_entropy: bool = False,
+    entropy_grad: bool = False,
+    chunk_elements: int = CHUNK_ELEMENTS,
+    temperature: torch.Tensor | None = None,  # (B,)
+    pool_mask: torch.Tensor | None = None,  # (B, T) the positions to average, e.g. the prompt's
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """`token_log_probs`, and with `pool_mask` each row's mean final hidden state over its
+    `pool_mask` positions (B, H) fp32, in the graph, from the same forward pass."""
     pos = response_mask.bool()  # (B, T-1)
     labels = input_ids[:, 1:][pos]  # (N,)
     temps = None if temperature is None else temperature[:, None].expand(pos.shape)[pos]  # (N,)
@@ -49,19 +71,30 @@ def token_log_probs(
         ).last_hidden_state  # (B, T, H)
         rows = hidden[:, :-1][pos]  # (N, H)
     else:
-        logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
-        rows, head = logits[:, :-1][pos], torch.nn.Identity()  # (N, V) in the model's dtype
+        out = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            use_cache=False,
+            output_hidden_states=pool_mask is not None,
+        )
+        hidden = out.hidden_states[-1] if pool_mask is not None else None  # (B, T, H)
+        rows, head = out.logits[:, :-1][pos], torch.nn.Identity()  # (N, V) in the model's dtype
     vocab = _vocab_size(model, head, rows)
     log_prob, entropy = selective_log_softmax(
         rows, head, labels, with_entropy, entropy_grad, max(1, chunk_elements // vocab), temps
     )  # (N,), (N,)
-    out = torch.zeros(pos.shape, dtype=torch.float32, device=rows.device)  # (B, T-1)
-    out[pos] = log_prob
-    if entropy is None:
-        return out, None
-    ent = torch.zeros(pos.shape, dtype=torch.float32, device=rows.device)  # (B, T-1)
-    ent[pos] = entropy
-    return out, ent
+    lp = torch.zeros(pos.shape, dtype=torch.float32, device=rows.device)  # (B, T-1)
+    lp[pos] = log_prob
+    ent = None
+    if entropy is not None:
+        ent = torch.zeros(pos.shape, dtype=torch.float32, device=rows.device)  # (B, T-1)
+        ent[pos] = entropy
+    pooled = None
+    if pool_mask is not None:
+        weights = pool_mask.to(torch.float32)  # (B, T)
+        pooled = torch.einsum("bth,bt->bh", hidden.float(), weights)  # (B, H)
+        pooled = pooled / weights.sum(1, keepdim=True).clamp(min=1)  # (B, H)
+    return lp, ent, pooled
 
 
 def selective_log_softmax(

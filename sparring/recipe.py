@@ -174,6 +174,8 @@ class Recipe(_Strict):
             data["verl"] = {**verl, "group_key": verl_group_key(game, verl["group_key"])}
         if train.get("balance_by") not in (None, "batch"):  # the samples carry the column
             data["train"]["balance_by"] = check_group_key(game, train["balance_by"])
+        if train.get("transfer_weight") or train.get("transfer_pairs"):
+            data["train"]["transfer_pairs"] = transfer_pairs(game, train.get("transfer_pairs"))
         if data["train"].get("optimizer_state") == "carry":  # one lr schedule for the run
             data["train"].setdefault(
                 "lr_schedule_updates", data.get("iterations", _default(cls, "iterations"))
@@ -206,6 +208,12 @@ class Recipe(_Strict):
             raise ValueError(
                 f"train.balance_by={self.train.balance_by!r} forms the torch update's "
                 "mini-batches; verl forms its own: set train_backend: torch or balance_by: null"
+            )
+        if self.train.transfer_weight and self.train_backend != "torch":
+            raise ValueError(
+                f"train.transfer_weight={self.train.transfer_weight} is an auxiliary loss of the "
+                "torch update, and verl's actor computes its own loss: set train_backend: torch "
+                "or transfer_weight: 0"
             )
         if self.train_backend == "verl":
             self._check_verl()
@@ -342,6 +350,24 @@ class Recipe(_Strict):
     def group_key(self) -> str:
         """The GRPO group key."""
         return self.train.group_key
+
+
+def transfer_pairs(game: GameSpec, pairs: Any) -> list[tuple[str, str]]:
+    """`pairs` (the game's `transfer_pairs` when None) as a list; a ValueError naming any role
+    the game lacks, or saying that the game has no default pairs."""
+    roles = list(game.cls.roles)
+    pairs = game.cls.transfer_pairs if pairs is None else pairs
+    if not pairs:
+        raise ValueError(
+            f"train.transfer_weight is set but {game.name} has no default transfer_pairs: set "
+            f"train.transfer_pairs to pairs of its roles {roles}"
+        )
+    named = {r for pair in pairs if isinstance(pair, list | tuple) for r in pair}
+    if unknown := sorted(named - set(roles), key=str):
+        raise ValueError(
+            f"train.transfer_pairs names {unknown}, not roles of {game.name}; choose from {roles}"
+        )
+    return [tuple(pair) if isinstance(pair, list) else pair for pair in pairs]
 
 
 def _default(model: type[BaseModel], name: str) -> Any:

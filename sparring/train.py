@@ -14,7 +14,9 @@ Steps (numbered as in the code):
      rows of each of that column's values in every mini-batch), with gradient
      accumulation over micro-batches and grad-norm clipping; loss = verl's clipped policy loss
      (times truncated importance weights with `rollout_is`; + kl_coef * KL,
-     - entropy_coef * entropy)
+     - entropy_coef * entropy; + transfer_weight * the transfer loss: the distance between
+     paired roles' mean prompt hidden states, from the log-probs' own forward, per
+     micro-batch: `transfer_term`)
   6. the rollout-trainer mismatch (`train/mismatch_kl`, `train/mismatch_frac_out`:
      sparring.rollout_correction), then a HF checkpoint (safetensors + tokenizer), metrics.json
 
@@ -231,6 +233,21 @@ def token_log_probs(
         entropy_grad,
         temperature=batch.temperature,
     )
+
+
+def prompt_scores(
+    model: torch.nn.Module, batch: Batch, entropy_grad: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`token_log_probs` with the entropy, and each row's mean final hidden state over its
+    prompt tokens (B, H): the attended tokens that are not the seat's own, from the same
+    forward pass (the transfer loss's input)."""
+    own = torch.nn.functional.pad(batch.response_mask, (1, 0))  # (B, T): token 0 is never own
+    prompt = batch.attention_mask * (1 - own)  # (B, T)
+    log_prob, entropy, pooled = logprobs.token_scores(
+        model, batch.input_ids, batch.attention_mask, batch.response_mask, True, entropy_grad,
+        temperature=batch.temperature, pool_mask=prompt,
+    )  # fmt: skip
+    return log_prob, entropy, pooled
 
 
 def batched_log_probs(model, batch: Batch, rows, cfg: OptimConfig, device) -> torch.Tensor:
@@ -512,6 +529,21 @@ def signal_groups(df: pd.DataFrame, cfg: GRPOConfig) -> int:
     return len(set(index[grpo.signal_rows(index, advantages)]))
 
 
+def transfer_roles(df: pd.DataFrame, cfg: GRPOConfig) -> list[str] | None:
+    """The rows' `role` values, which the transfer loss pairs (None when it is off); a
+    ValueError when the samples have no role column or none of `cfg.transfer_pairs`' roles."""
+    if not cfg.transfer_weight:
+        return None
+    wanted = {r for pair in cfg.transfer_pairs or () for r in pair}
+    if "role" not in df.columns or wanted.isdisjoint(df.role):
+        found = sorted(df.role.unique()) if "role" in df.columns else "no role column"
+        raise ValueError(
+            f"transfer_pairs {cfg.transfer_pairs} name no role of these samples ({found}); "
+            "name the samples' roles, or set transfer_weight: 0"
+        )
+    return df.role.astype(str).tolist()
+
+
 def balance_labels(df: pd.DataFrame, cfg: GRPOConfig) -> list[Any] | None:
     """The rows' `cfg.balance_by` values (None when off); a ValueError if the samples lack
     the column."""
@@ -535,10 +567,13 @@ def grpo_update(
     on_step: OnStep | None = None,
     carry: dict[str, Any] | None = None,
     labels: list[Any] | None = None,
+    roles: list[str] | None = None,
 ) -> dict[str, float]:
     """Steps 2, 3, 5 and 6's mismatch on a loaded model: old/ref log-probs, then PPO epochs
-    over mini-batches balanced by `labels` (the rows' `balance_by` values) if given.
-    Returns metrics."""
+    over mini-batches balanced by `labels` (the rows' `balance_by` values) if given, with the
+    transfer loss over the rows' `roles` when `cfg.transfer_weight` > 0. Returns metrics."""
+    if cfg.transfer_weight and roles is None:
+        raise ValueError("transfer_weight > 0 needs the rows' roles (train.transfer_roles)")
     plan = schedule(len(batch), cfg, labels)
     rollout = batch.rollout_log_prob  # (B, T-1), NaN rows where unknown, or None
     if (cfg.bypass_mode or cfg.rollout_is) and not batch.scored.all():
@@ -566,7 +601,10 @@ def grpo_update(
             ref_log_prob = batched_log_probs(ref_model, batch, range(len(batch)), cfg, device)
 
     def micro_loss(model, mb: Batch, rows: list[int], actor_cfg) -> tuple[torch.Tensor, dict]:
-        log_prob, entropy = token_log_probs(model, mb, True, entropy_grad=cfg.entropy_coef > 0)
+        if cfg.transfer_weight:  # the prompts' mean hidden states too, from the same forward
+            log_prob, entropy, pooled = prompt_scores(model, mb, cfg.entropy_coef > 0)
+        else:
+            log_prob, entropy = token_log_probs(model, mb, True, cfg.entropy_coef > 0)
         t, dev = log_prob.shape[1], log_prob.device
         if pending[rows].any():  # first mini-batch: these weights are still the start weights
             start_log_prob[rows, :t] = log_prob.detach().float().cpu()
@@ -586,6 +624,8 @@ def grpo_update(
         if cfg.entropy_coef > 0:
             loss = loss - cfg.entropy_coef * grpo.aggregate(entropy, mb.response_mask, actor_cfg)
         diag["entropy"] = (entropy.detach() * mb.response_mask).sum() / mb.response_mask.sum()
+        if cfg.transfer_weight:
+            loss = transfer_term(loss, pooled, [roles[i] for i in rows], cfg, actor_cfg, diag)
         return loss, diag
 
     # 5. PPO epochs
@@ -615,6 +655,28 @@ def grpo_update(
         )
         metrics |= {f"train/{k}": v for k, v in mismatch.items()}
     return metrics
+
+
+def transfer_term(
+    loss: torch.Tensor,
+    pooled: torch.Tensor,  # (b, H) the micro-batch's prompt means (`prompt_scores`)
+    roles: list[str],  # (b,)
+    cfg: GRPOConfig,
+    actor_cfg: Any,
+    diag: dict[str, Any],
+) -> torch.Tensor:
+    """`loss` + transfer_weight x the micro-batch's transfer loss (sparring.grpo.transfer_loss)
+    x its share of the mini-batch's rows, so that the micro-batches' terms add up to one
+    mini-batch's; the distance, the term's share of the loss's size and the pairs present go
+    to `diag` (`train/transfer_loss`, `train/transfer_share`, `train/transfer_pairs`)."""
+    distance, present = grpo.transfer_loss(pooled, roles, cfg.transfer_pairs or [])
+    rows_share = len(roles) / max(actor_cfg.global_batch_info["global_batch_size"], 1)
+    term = cfg.transfer_weight * rows_share * distance
+    size = term.detach().abs() + loss.detach().abs()
+    diag["transfer_loss"] = distance.detach()
+    diag["transfer_share"] = term.detach().abs() / size if size > 0 else size
+    diag["transfer_pairs"] = float(present)
+    return loss + term
 
 
 def train(
@@ -654,7 +716,7 @@ def train(
             df, batch, advantages, cfg.group_key
         )
         metrics |= dropped_groups
-    labels = balance_labels(df, cfg)
+    labels, roles = balance_labels(df, cfg), transfer_roles(df, cfg)
     metrics["train/samples"] = float(len(df))
     metrics["train/dropped_rows"] = float(dropped)
     model = load_model(model_path, device, cfg=cfg)
@@ -662,7 +724,9 @@ def train(
     if ref_model_path:
         ref_model = load_model(ref_model_path, device, trainable=False, cfg=cfg)
     carry = load_optimizer(optimizer_in) if cfg.optimizer_state == "carry" else None
-    metrics |= grpo_update(model, batch, advantages, cfg, device, ref_model, on_step, carry, labels)
+    metrics |= grpo_update(
+        model, batch, advantages, cfg, device, ref_model, on_step, carry, labels, roles
+    )
     if carry is not None and optimizer_out is not None:
         save_optimizer(carry, optimizer_out)
     # 6. checkpoint (with the RAE baselines the next update starts from)

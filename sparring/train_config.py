@@ -118,6 +118,14 @@ class GRPOConfig(OptimConfig):
     # `max_topup_rounds` rounds are played (torch route, one rollout shard, no opponent mix).
     min_groups: int = Field(0, ge=0)
     max_topup_rounds: int = Field(1, ge=1)
+    # Cross-role transfer (seed 001): the loss gains transfer_weight x the mean, over the
+    # `transfer_pairs` with rows of both roles in a micro-batch, of the mean squared difference
+    # between the two roles' mean final hidden states over their prompt tokens
+    # (sparring.grpo.transfer_loss; `train/transfer_loss`). 0 = off: the plain update, exactly.
+    transfer_weight: float = Field(0.0, ge=0)
+    # Pairs of the samples' `role` values that the loss pulls together; a recipe fills in its
+    # game's `transfer_pairs` when transfer_weight > 0 and this is None.
+    transfer_pairs: list[tuple[str, str]] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> GRPOConfig:
@@ -147,6 +155,17 @@ class GRPOConfig(OptimConfig):
             raise ValueError(
                 f"balance_by {self.balance_by!r} must name a samples column whose values the "
                 "mini-batches balance (e.g. `role`); or set balance_by: null"
+            )
+        if self.transfer_weight > 0 and not self.transfer_pairs:
+            raise ValueError(
+                f"transfer_weight={self.transfer_weight} needs transfer_pairs (pairs of the "
+                "samples' role values); a recipe fills in its game's defaults; or set "
+                "transfer_weight: 0"
+            )
+        if any(a == b for a, b in self.transfer_pairs or ()):
+            raise ValueError(
+                f"transfer_pairs {self.transfer_pairs} pairs a role with itself; each pair "
+                "names two different roles"
             )
         if self.bypass_mode and self.rollout_is is not None:
             raise ValueError(

@@ -24,9 +24,10 @@ Rules for implementers (docs/adding-a-game.md walks through one):
 - `current_seat` may list several seats at once for simultaneous-move games (`pending_seats`).
 - Generic code learns everything game-specific through the class attributes and hooks below:
   `agents` (scripted agents by name), `default_opponent`, `extra_group_keys`, `image_flavour`,
-  `group_keys(seat)`, `turn_budget(params)`, `episode_metrics(plays)`, `role_breakdown`,
-  `eval_lineups(mode, opponent)`, `baselines()`, `policy_metrics` and `write_report`. It
-  never reads a key of `outcome()` or of the rule parameters (tests/games/test_seam.py).
+  `group_keys(seat)`, `transfer_pairs`, `turn_budget(params)`, `episode_metrics(plays)`,
+  `role_breakdown`, `eval_lineups(mode, opponent)`, `baselines()`, `policy_metrics` and
+  `write_report`. It never reads a key of `outcome()` or of the rule parameters
+  (tests/games/test_seam.py).
 """
 
 from __future__ import annotations
@@ -151,6 +152,10 @@ class Game(ABC):
     image_flavour: ClassVar[str | None] = None
     """If set, the game's engine is only in the `-<flavour>` runtime images (a licence apart),
     where a pipeline config that names no image runs."""
+    transfer_pairs: ClassVar[tuple[tuple[str, str], ...]] = ()
+    """Pairs of strategically similar roles whose prompts' mean final hidden states the
+    trainer's transfer loss pulls together when a recipe sets `train.transfer_weight` and no
+    `train.transfer_pairs`; () = none (such a recipe must name its pairs)."""
     role_breakdown: ClassVar[str | None] = None
     """If set, rollout also logs the learner's metrics per role, as
     `rollout/<role_breakdown>/<role>/<metric>`."""

@@ -178,6 +178,9 @@ class DiplomacyGame(Game):
     group_key_aliases = {"country_phase": "country_stage"}
     group_key_synonyms = {"init_country": "init_seat"}  # a seat is a country
     default_group_key = "init_seat"  # the seven powers' rewards differ
+    # Seed 001's cross-country transfer: the vulnerable central powers, the corner powers,
+    # the strong western powers (`train.transfer_weight`; docs/games.md, Diplomacy)
+    transfer_pairs = (("AUSTRIA", "ITALY"), ("ENGLAND", "RUSSIA"), ("FRANCE", "GERMANY"))
     role_breakdown = "country"
     image_flavour = "diplomacy"  # the engine is AGPL-3.0: only the -diplomacy images hold it
 
