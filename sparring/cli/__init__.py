@@ -15,6 +15,7 @@ COMMANDS = (
     "sft",
     "train",
     "evaluate",
+    "compare",
     "run",
     "compile",
     "submit",

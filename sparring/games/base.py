@@ -298,3 +298,11 @@ class Game(ABC):
     def write_report(cls, metrics: dict[str, float], out_dir: Path) -> dict[str, Path]:
         """Extra evaluation report files (tables, plots) written next to metrics.json."""
         return {}
+
+    @classmethod
+    def write_comparison(
+        cls, by_model: dict[str, dict[str, float]], out_dir: Path
+    ) -> dict[str, Path]:
+        """Report files comparing several models' `policy_metrics` (`sparring compare`;
+        {label: metrics named `eval/<name>`}); none by default."""
+        return {}

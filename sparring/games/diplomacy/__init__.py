@@ -8,7 +8,9 @@ game       the adapter: press and order rounds, retreats, rewards
 alliances  each power's allies over the last year played (the `country_alliance` group key)
 bots       scripted bots (hold, random-legal, greedy, support)
 metrics    per-power metrics of plays (seed 001), per country in rollout and evaluation
-report     the evaluation's country table and heatmap (modes include every bot)
+strategic  the strategic evaluator: scenario sets per dimension, scored per country
+report     the evaluation's country table and heatmap (modes include every bot), and the
+           strategic evaluator's
 """
 
 from sparring.games.diplomacy.board import ROLES

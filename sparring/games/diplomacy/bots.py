@@ -32,6 +32,19 @@ BOTS = ("hold", "random-legal", "greedy", "support")
 Engine = Any  # a diplomacy.Game (sparring.games.diplomacy.board imports the engine)
 FAR = 10**6  # distance of an unreachable target
 _DISTANCES: dict[tuple[str, str], dict[str, dict[str, int]]] = {}  # (map, unit type) -> table
+_POSSIBLE: dict[tuple[int, str, int], dict[str, list[str]]] = {}  # see `possible_orders`
+
+
+def possible_orders(engine: Engine) -> dict[str, list[str]]:
+    """`engine.get_all_possible_orders()` (about 0.15 s a call), computed once per position:
+    seven bots and the auto orders of one phase share it. Keyed by the engine, its phase and
+    its position hash; the cache is emptied when it passes 256 positions."""
+    key = (id(engine), engine.get_current_phase(), engine.get_hash())
+    if key not in _POSSIBLE:
+        if len(_POSSIBLE) >= 256:
+            _POSSIBLE.clear()
+        _POSSIBLE[key] = engine.get_all_possible_orders()
+    return _POSSIBLE[key]
 
 
 def hold_orders(engine: Engine, power: str, rng: random.Random | None = None) -> list[str]:
@@ -41,7 +54,7 @@ def hold_orders(engine: Engine, power: str, rng: random.Random | None = None) ->
 
 def random_orders(engine: Engine, power: str, rng: random.Random) -> list[str]:
     """A random legal order for each orderable location."""
-    possible = engine.get_all_possible_orders()
+    possible = possible_orders(engine)
     locs = sorted(engine.get_orderable_locations(power))
     return [rng.choice(sorted(possible[loc])) for loc in locs if possible[loc]]  # engine: sets
 
@@ -119,7 +132,7 @@ def _step_orders(
 def greedy_orders(engine: Engine, power: str, rng: random.Random | None = None) -> list[str]:
     """Step every unit toward the nearest supply center its power doesn't own."""
     targets = [c for c in engine.map.scs if c not in engine.get_centers(power)]
-    possible = engine.get_all_possible_orders()
+    possible = possible_orders(engine)
     return _step_orders(engine, engine.get_units(power), possible, targets, set())
 
 
@@ -176,7 +189,7 @@ def _attack(
 
 def support_orders(engine: Engine, power: str, rng: random.Random | None = None) -> list[str]:
     """Coordinated orders (the module docstring lists the steps)."""
-    possible = engine.get_all_possible_orders()
+    possible = possible_orders(engine)
     owned = set(engine.get_centers(power))
     units = {_loc(u): u for u in engine.get_units(power)}
     threat = _pressure(engine, power, possible)

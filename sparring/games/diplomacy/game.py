@@ -48,9 +48,9 @@ from sparring.games.base import (
     StepResult,
     TurnRecord,
 )
-from sparring.games.diplomacy.alliances import alliance_context
+from sparring.games.diplomacy.alliances import alliance_context, conduct, moves_played
 from sparring.games.diplomacy.board import ROLES, WIN_CENTERS, Engine, Message
-from sparring.games.diplomacy.bots import BOTS
+from sparring.games.diplomacy.bots import BOTS, possible_orders
 from sparring.games.diplomacy.metrics import power_metrics
 from sparring.games.diplomacy.observation import (
     adjust_prompt,
@@ -61,6 +61,7 @@ from sparring.games.diplomacy.observation import (
 )
 from sparring.games.diplomacy.orders import parse_orders, parse_press
 from sparring.games.diplomacy.scenarios import generate_state, set_auto_orders
+from sparring.games.diplomacy.strategic import StrategicConfig
 from sparring.metrics import VS_SCRIPTED
 
 
@@ -139,6 +140,9 @@ class DiplomacyConfig(BaseModel):
     """Scenario filter: no power starts above this many centers (None: no limit)."""
     allow_eliminated: bool = False
     """Scenario filter: allow starts where a power is already eliminated."""
+    strategic: StrategicConfig = Field(default_factory=StrategicConfig)
+    """The strategic evaluator that evaluation runs on the model (`policy_metrics`): off
+    unless `strategic.scenarios` > 0 (`strategic.py`)."""
 
     def model_post_init(self, _: Any) -> None:
         if self.reward not in REWARDS:
@@ -225,7 +229,6 @@ class DiplomacyGame(Game):
         self.power_stats = [PowerStats() for _ in ROLES]
         self._feedback: list[list[str]] = [[] for _ in ROLES]
         self._chat = [[{"role": "system", "content": self._system_prompt()}] for _ in range(7)]
-        self._possible: tuple[str, dict[str, list[str]]] = ("", {})  # (phase, legal orders)
         self._start_phase()
 
     @property
@@ -279,6 +282,7 @@ class DiplomacyGame(Game):
             "eliminated": [r.power for r in results if r.eliminated],
             "solo": solo[0] if solo else None,
             "power_stats": {p: asdict(s) for p, s in zip(ROLES, self.power_stats, strict=True)},
+            "conduct": conduct(moves_played(self.engine)),
         }
 
     # ---- the move ------------------------------------------------------------------------------
@@ -431,12 +435,9 @@ class DiplomacyGame(Game):
         return lines
 
     def _possible_orders(self) -> dict[str, list[str]]:
-        """The engine's legal orders per location, computed once per phase (the engine
-        recomputes them on every call, and all seven powers' prompts and orders need them)."""
-        phase = self.engine.get_current_phase()
-        if self._possible[0] != phase:
-            self._possible = (phase, self.engine.get_all_possible_orders())
-        return self._possible[1]
+        """The engine's legal orders per location, computed once per position
+        (`bots.possible_orders`: all seven powers' prompts and orders, and the bots, need them)."""
+        return possible_orders(self.engine)
 
     def _adjust_prompt(self, seat: int) -> str:
         return adjust_prompt(self.engine, self._role(seat), self._possible_orders())
@@ -513,11 +514,45 @@ class DiplomacyGame(Game):
         trivial = ("hold", "random-legal")
         return tuple(Baseline(b, VS_SCRIPTED, trivial=b in trivial, agent=b) for b in BOTS)
 
+    def policy_metrics(self, policy: Any, temperature: float) -> dict[str, float]:
+        """The strategic evaluator (`strategic.py`) when `strategic.scenarios` > 0: the policy
+        on its scenario sets, at `temperature`, `strategic/<dimension>/<COUNTRY>/<metric>`."""
+        from sparring.games import GameSpec
+        from sparring.games.diplomacy.strategic import evaluate_strategic, scenario_sets
+        from sparring.generation.base import SamplingParams
+        from sparring.rollout import RolloutConfig
+
+        s = self.cfg.strategic
+        if not s.scenarios:
+            return {}
+        sampling = SamplingParams(temperature=temperature, max_new_tokens=s.max_new_tokens)
+        game = GameSpec(name=self.name, params=self.cfg.model_dump(exclude={"strategic"}))
+        rollout = RolloutConfig(game=game, sampling=sampling)
+        return evaluate_strategic(policy, scenario_sets(s), rollout, s.opponent, s.horizon)
+
     @classmethod
     def write_report(cls, metrics: dict[str, float], out_dir: Path) -> dict[str, Path]:
-        from sparring.games.diplomacy.report import country_grid, write_country_report
+        """The country table and heatmap, and the strategic evaluator's where it ran."""
+        from sparring.games.diplomacy.report import (
+            country_grid,
+            strategic_cells,
+            write_country_report,
+            write_strategic_report,
+        )
 
-        return write_country_report(metrics, out_dir) if country_grid(metrics) else {}
+        paths = write_country_report(metrics, out_dir) if country_grid(metrics) else {}
+        if strategic_cells(metrics):
+            paths |= write_strategic_report({"policy": metrics}, out_dir)
+        return paths
+
+    @classmethod
+    def write_comparison(
+        cls, by_model: dict[str, dict[str, float]], out_dir: Path
+    ) -> dict[str, Path]:
+        """The strategic table and heatmap, models side by side."""
+        from sparring.games.diplomacy.report import write_strategic_report
+
+        return write_strategic_report(by_model, out_dir)
 
 
 def _reasons(invalid: list[str]) -> str:

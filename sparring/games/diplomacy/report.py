@@ -10,7 +10,10 @@ against each other bot as mode `vs_<bot>` (`vs_hold`, `vs_random-legal`), all in
 rollout. Its metrics `eval/<mode>/<COUNTRY>/<metric>` hold the generic ones (normalized_reward
 and its standard error, invalid_rate, ...) and `metrics.power_metrics` (centers, solo_rate,
 survival_rate, invalid_order_rate, ...). `write_country_report` turns them into
-country_table.md and country_heatmap.png (country x mode, mean reward).
+country_table.md and country_heatmap.png (country x mode, mean reward). Where the strategic
+evaluator ran (`strategic.py`), `write_strategic_report` adds strategic_table.md and
+strategic_heatmap.png (per dimension, country x model); `sparring compare` writes them for
+several models side by side.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ import numpy as np
 
 from sparring.games.diplomacy.board import ROLES
 from sparring.games.diplomacy.bots import BOTS
-from sparring.metrics import VS_SCRIPTED, split_eval
+from sparring.games.diplomacy.strategic import DIMENSIONS, PREFIX, PRIMARY
+from sparring.metrics import EVAL, VS_SCRIPTED, split_eval
 
 ORDER = [f"vs_{bot}" for bot in BOTS] + [VS_SCRIPTED]
 """Columns first: the bots weakest first, then the default opponent; other modes follow."""
@@ -86,6 +90,82 @@ def plot_heatmap(grid: dict[str, dict[str, float]], out_dir: Path) -> Path:
     ax.set_title("policy per country and eval mode")
     fig.tight_layout()
     path = out_dir / "country_heatmap.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+# ---- the strategic evaluator -------------------------------------------------------------------
+ROWS = (*ROLES, "all")
+
+
+def strategic_cells(metrics: dict[str, float]) -> dict[tuple[str, str, str], float]:
+    """{(dimension, country or `all`, metric): value} of the strategic evaluator's metrics
+    (`eval/strategic/...` from an evaluation, or `strategic/...`)."""
+    cells = {}
+    for key, value in metrics.items():
+        parts = key.removeprefix(f"{EVAL}/").split("/")
+        if len(parts) == 4 and parts[0] == PREFIX:
+            cells[parts[1], parts[2], parts[3]] = value
+    return cells
+
+
+def write_strategic_report(
+    by_model: dict[str, dict[str, float]], out_dir: str | Path
+) -> dict[str, Path]:
+    """strategic_table.md: per dimension, its `PRIMARY` metric per country (rows, `all`
+    last) and model (columns), mean ± standard error over scenarios (games); and
+    strategic_heatmap.png, one panel per dimension, countries x models."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cells = {m: strategic_cells(v) for m, v in by_model.items()}
+    models = list(cells)
+    dims = [d for d in DIMENSIONS if any((d, "all", "games") in c for c in cells.values())]
+    lines = ["Strategic evaluator: mean ± s.e. over scenarios (games) per country and model.", ""]
+    for d in dims:
+        lines += [f"**{d}** ({PRIMARY[d]})", "", "| country | " + " | ".join(models) + " |"]
+        lines.append("|---" * (len(models) + 1) + "|")
+        for row in ROWS:
+            lines.append(f"| {row} | " + " | ".join(_cell(cells[m], d, row) for m in models) + " |")
+        lines.append("")
+    table = out / "strategic_table.md"
+    table.write_text("\n".join(lines))
+    return {"strategic_table": table, "strategic_heatmap": _strategic_heatmap(cells, dims, out)}
+
+
+def _cell(cells: dict[tuple[str, str, str], float], dim: str, row: str) -> str:
+    metric = PRIMARY[dim]
+    if (dim, row, metric) not in cells:
+        return "-"
+    se = cells.get((dim, row, f"{metric}_se"), 0.0)
+    return f"{cells[dim, row, metric]:+.2f} ± {se:.2f} ({cells[dim, row, 'games']:.0f})"
+
+
+def _strategic_heatmap(cells: dict[str, dict], dims: list[str], out_dir: Path) -> Path:
+    """One panel per dimension: its primary metric, countries down, models across."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = list(cells)
+    fig, axes = plt.subplots(
+        1, len(dims), figsize=(len(dims) * (1.0 * len(models) + 1.6) + 0.6, 4.2), squeeze=False
+    )
+    for ax, d in zip(axes[0], dims, strict=True):
+        values = np.array(
+            [[cells[m].get((d, row, PRIMARY[d]), np.nan) for m in models] for row in ROWS]
+        )  # (8, models)
+        top = max(float(np.nanmax(np.abs(values))), 0.5) if np.isfinite(values).any() else 1.0
+        ax.imshow(values, cmap="RdBu", vmin=-top, vmax=top, aspect="auto")
+        ax.set_xticks(range(len(models)), models, rotation=30, ha="right", fontsize=8)
+        ax.set_yticks(range(len(ROWS)), ROWS if ax is axes[0][0] else [""] * len(ROWS))
+        for (i, j), v in np.ndenumerate(values):
+            if np.isfinite(v):
+                ax.text(j, i, f"{v:+.1f}", ha="center", va="center", fontsize=8)
+        ax.set_title(f"{d}\n{PRIMARY[d]}", fontsize=9)
+    fig.tight_layout()
+    path = out_dir / "strategic_heatmap.png"
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path

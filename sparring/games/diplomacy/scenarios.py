@@ -4,9 +4,16 @@ automatic retreat/adjustment orders used while generating and playing them."""
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 
 from sparring.games.diplomacy.board import ROLES, Engine
-from sparring.games.diplomacy.bots import greedy_orders, random_orders
+from sparring.games.diplomacy.bots import (
+    greedy_orders,
+    hold_orders,
+    possible_orders,
+    random_orders,
+    support_orders,
+)
 
 STAGES = {"opening": (1901, 1903), "midgame": (1904, 1908), "endgame": (1909, 1910)}
 """Stage -> (first, last) start year of its scenarios."""
@@ -55,20 +62,44 @@ def _play_scenario(rng: random.Random, stages: list[str] | tuple[str, ...]) -> d
     stage = rng.choice(list(stages))
     year = rng.randint(*STAGES[stage])
     bots = {p: rng.choice(("greedy", "random-legal")) for p in ROLES}
+    *_, engine = play_springs(bots, rng, year)
+    return None if engine.is_game_done else position(engine, bots)
+
+
+CHOOSERS = {
+    "hold": hold_orders,
+    "random-legal": random_orders,
+    "greedy": greedy_orders,
+    "support": support_orders,
+}
+"""Bot name -> its order chooser on a raw engine (`bots`)."""
+
+
+def play_springs(bots: dict[str, str], rng: random.Random, last_year: int) -> Iterator[Engine]:
+    """Play `bots` (power -> a `CHOOSERS` name) from the standard 1901 start, auto orders for
+    retreats and builds; yield the engine (one object, played on after each yield) at every
+    spring movement phase up to S<last_year>M, or until the game ends."""
     engine = Engine()
-    while engine.get_current_phase() != f"S{year}M" and not engine.is_game_done:
+    while not engine.is_game_done:
+        if engine.get_current_phase().startswith("S") and engine.phase_type == "M":
+            yield engine
+            if engine.get_current_phase() == f"S{last_year}M":
+                return
         if engine.phase_type == "M":
             for power in ROLES:
-                choose = greedy_orders if bots[power] == "greedy" else random_orders
-                engine.set_orders(power, choose(engine, power, rng))
+                engine.set_orders(power, CHOOSERS[bots[power]](engine, power, rng))
         else:
             set_auto_orders(engine, rng)
         engine.process()
-    if engine.is_game_done:
-        return None
+
+
+def position(engine: Engine, bots: dict[str, str]) -> dict:
+    """The engine's position as a scenario (stage, year, phase, centers, eliminated powers, the
+    bots that played to it and the engine's state)."""
+    year = int(engine.get_current_phase()[1:5])
     return {
-        "stage": stage_of(int(engine.get_current_phase()[1:5])),
-        "year": int(engine.get_current_phase()[1:5]),
+        "stage": stage_of(year),
+        "year": year,
         "phase": engine.get_current_phase(),
         "scripted_by": bots,
         "centers": {p: sorted(engine.get_centers(p)) for p in ROLES},
@@ -92,7 +123,7 @@ def auto_orders(engine: Engine, power: str, rng: random.Random) -> list[str]:
     """Default retreat/adjustment orders: a random legal retreat (else disband); builds in
     random free home centers up to the allowance. Disbands are left to the engine's civil
     disorder rule (it removes the units farthest from home)."""
-    possible = {loc: sorted(orders) for loc, orders in engine.get_all_possible_orders().items()}
+    possible = {loc: sorted(orders) for loc, orders in possible_orders(engine).items()}
     locs = sorted(engine.get_orderable_locations(power))  # sorted: the engine's are set-ordered
     if engine.phase_type == "R":
         return [
