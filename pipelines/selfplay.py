@@ -217,6 +217,10 @@ def build_pipeline(cfg: PipelineConfig):
     the iterations of `sparring.loop.runner.plan(cfg)`, unrolled, each stage one task."""
     if cfg.sft_control:
         raise ValueError("sft_control is a bench's control arm: run it in-process (run_loop)")
+    if cfg.population:
+        raise ValueError(
+            "population is not in the KFP graph yet: run it in-process (sparring run, run_loop)"
+        )
     p = run_params.values(cfg)
     compiled = run_params.compile_time(cfg)
 

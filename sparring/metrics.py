@@ -8,6 +8,8 @@
     eval/baseline/<name>           a game's baseline policy on the same states (`Game.baselines`)
     eval/gain_over_best_trivial    the model's reward minus the best trivial baseline's
     warm_start/<metric>            the warm start's teacher (`sparring.loop`)
+    population/<member>/<metric>   a population member's rating, rollout reward, and its own
+                                   train/* and eval/* (`sparring.loop.population`)
     test/<figure>                  the start and the final model once on the test states, in
                                    the champion metric: start, final, gain, gain_se (paired)
 
@@ -19,6 +21,7 @@ inside the same namespaces. Eval modes are `EVAL_MODES` plus any a game's lineup
 from __future__ import annotations
 
 ROLLOUT, TRAIN, PERF, EVAL, WARM_START = "rollout", "train", "perf", "eval", "warm_start"
+POPULATION = "population"
 TEST = "test"
 ALL_ROLES = "all"
 """The role segment of an eval metric taken over every role the learner played."""

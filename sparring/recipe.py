@@ -21,6 +21,7 @@ from sparring.evaluate import EvalConfig
 from sparring.game_init import GameInitConfig
 from sparring.games import GameSpec
 from sparring.opponents import DifficultyConfig, past_steps
+from sparring.population import PopulationConfig
 from sparring.rollout import RolloutConfig
 from sparring.samples import check_group_key
 from sparring.train_config import GRPOConfig, SFTConfig
@@ -129,6 +130,10 @@ class Recipe(_Strict):
     """Self-play: plays per state, sampling (iteration i samples with seed + i), batching."""
     opponents: Opponents = Field(default_factory=Opponents)
     """Pure self-play, or a share of games against an opponent pool."""
+    population: PopulationConfig | None = None
+    """A population of `size` policies trained at once, each on the seats it played, members
+    seated together and rated (sparring.population, sparring.loop.population); None = one
+    learner."""
     train: GRPOConfig = Field(default_factory=GRPOConfig)
     """GRPO settings, among them the group key (game, init, role, batch, or one of the game's
     `extra_group_keys`)."""
@@ -225,7 +230,29 @@ class Recipe(_Strict):
             self._check_topup()
         if self.sft_control:
             self._check_sft_control()
+        if self.population:
+            self._check_population()
         return self
+
+    def _check_population(self) -> None:
+        """What a population (sparring.loop.population) needs of the recipe."""
+        assert self.population is not None
+        self.population.check_roles(self.game.cls.roles)
+        others = {
+            "train_backend: torch": self.train_backend == "torch",
+            "rollout.shards: 1": self.rollout.shards == 1,
+            "pure self-play (opponents.selfplay_fraction: 1)": not self.opponents.mixed,
+            "rollout.seats: null": self.rollout.seats is None,
+            "train.min_groups: 0": not self.train.min_groups,
+            "train.optimizer_state: fresh": self.train.optimizer_state != "carry",
+            "sft_control: null": self.sft_control is None,
+        }
+        missing = [need for need, ok in others.items() if not ok]
+        if missing:
+            raise ValueError(
+                f"population seats its members in every game and trains each on its own seats, "
+                f"which needs {'; '.join(missing)}; or set population: null"
+            )
 
     def _check_sft_control(self) -> None:
         """The SFT control needs the warm start's teacher, and one budget per iteration."""

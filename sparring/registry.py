@@ -59,6 +59,7 @@ from sparring.tracking import CHAMPION, CHECKPOINT_TAG, RUN_TAG, connect
 
 MODEL_ID_TAG = "sparring.model_id"  # the version's logged model (search results omit model_id)
 EVAL_KEY_TAG = "sparring.eval_key"  # what its score is comparable with (Recipe.eval_key)
+MEMBER_TAG = "sparring.member"  # a population member's version (sparring.population)
 SCORES_ARTIFACT = "champion/val_scores.json"  # its per-val-game scores, in its run
 INFERENCE_TASK = "llm/v1/chat"  # pyfunc takes {"messages": [...]} and returns chat.completion
 _TOKENIZER_DIR = "components/tokenizer"  # where MLflow's transformers flavour reads it
@@ -215,25 +216,31 @@ def model_card(
     )
 
 
-def _find_version(client: MlflowClient, name: str, run_id: str, iteration: int):
-    """The version a previous try registered for this run's iteration, if any."""
+def _find_version(
+    client: MlflowClient, name: str, run_id: str, iteration: int, member: str | None = None
+):
+    """The version a previous try registered for this run's iteration (and population
+    member), if any."""
     for v in client.search_model_versions(f"name = '{name}' and run_id = '{run_id}'"):
-        if v.tags.get("iteration") == str(iteration):
+        if v.tags.get("iteration") == str(iteration) and v.tags.get(MEMBER_TAG) == member:
             return v
     return None
 
 
-def _logged_model(client: MlflowClient, run_id: str, iteration: int):
-    """The run's logged model for `iteration`: found (a retry; PENDING if it died) or new."""
+def _logged_model(client: MlflowClient, run_id: str, iteration: int, member: str | None = None):
+    """The run's logged model for `iteration` (and population member): found (a retry;
+    PENDING if it died) or new."""
     run = client.get_run(run_id)
+    tags = {"iteration": str(iteration)} | ({MEMBER_TAG: member} if member else {})
     for model in client.search_logged_models([run.info.experiment_id]):
-        if model.source_run_id == run_id and model.tags.get("iteration") == str(iteration):
+        ours = model.source_run_id == run_id and model.tags.get("iteration") == str(iteration)
+        if ours and model.tags.get(MEMBER_TAG) == member:
             return model
     return client.create_logged_model(
         run.info.experiment_id,
-        name=f"iteration-{iteration}",
+        name=f"iteration-{iteration}" + (f"-{member}" if member else ""),
         source_run_id=run_id,
-        tags={"iteration": str(iteration)},
+        tags=tags,
         model_type="transformers",
     )
 
@@ -325,6 +332,7 @@ def publish(
     parent_run_id: str | None = None,
     storage_config: storage.StorageConfig | None = None,
     stored: str | None = None,
+    member: str | None = None,
 ) -> Registration:
     """Store the local `checkpoint` once as an MLflow model and register it (steps 1-5 of the
     module docstring).
@@ -339,9 +347,12 @@ def publish(
     With `stored` (the checkpoint's verified storage URI; `checkpoint` then unused) nothing is
     uploaded: at `fallback_uri` MLflow's files are added beside the stored weights, elsewhere
     the checkpoint is first copied inside the store (S3: server-side).
+    A population's `member` (sparring.population) is one version per iteration each, tagged
+    `sparring.member` and under its own alias, the member's name (`member-0`, ...), which moves
+    to each new version of that member.
     """
     # 1. a retry finds the version it made
-    if (found := _find_version(client, model_name, run_id, iteration)) is not None:
+    if (found := _find_version(client, model_name, run_id, iteration, member)) is not None:
         uri = found.tags[CHECKPOINT_TAG]
         model_id = found.tags[MODEL_ID_TAG]
         return _champion_state(client, model_name, str(found.version), model_id, uri)
@@ -352,7 +363,7 @@ def publish(
         if e.error_code != "RESOURCE_ALREADY_EXISTS":
             raise
     # 2. upload into the (PENDING) logged model; nothing is registered unless storage verifies it
-    model = _logged_model(client, run_id, iteration)
+    model = _logged_model(client, run_id, iteration, member)
     uri = storage_uri(model.artifact_location, artifacts_destination) or fallback_uri
     if stored is None:
         with tempfile.TemporaryDirectory(prefix="sparring-mlmodel-") as tmp:
@@ -378,6 +389,8 @@ def publish(
     version_tags["score"] = repr(float(score))
     if eval_key:
         version_tags[EVAL_KEY_TAG] = eval_key
+    if member:
+        version_tags[MEMBER_TAG] = member
     version = str(
         client.create_model_version(
             model_name,
@@ -389,6 +402,8 @@ def publish(
     )
     card = model_card(model_name, version, {"iteration": str(iteration), **(facts or {})}, metrics)
     client.update_model_version(model_name, version, description=card)
+    if member:
+        client.set_registered_model_alias(model_name, member, version)
     # 5. champion: compare-and-set against the champion the decision was made on
     for _ in range(3):
         current = champion(model_name, client)
@@ -451,22 +466,29 @@ def resolve_model_uri(uri: str, client: MlflowClient | None = None) -> str:
 
 
 def stored_checkpoint(
-    model_name: str, run_name: str, iteration: int, client: MlflowClient | None = None
+    model_name: str,
+    run_name: str,
+    iteration: int,
+    client: MlflowClient | None = None,
+    member: str | None = None,
 ) -> str:
     """The verified storage URI of the checkpoint that iteration `iteration` of pipeline run
     `run_name` registered (its version's `sparring.checkpoint` tag), wherever `register` stored
-    it: its logged model's folder behind the artifact proxy, or `<root>/<run>/<i>/checkpoint`.
-    The newest such version if a run name was reused; LookupError if there is none yet."""
+    it: its logged model's folder behind the artifact proxy, or `<root>/<run>/<i>/checkpoint`
+    (a population `member`'s: its own version of that iteration). The newest such version if
+    a run name was reused; LookupError if there is none yet."""
     client = client or connect()
+    whose = f" and tags.`{MEMBER_TAG}` = '{member}'" if member else ""
     found = client.search_model_versions(
         f"name = '{model_name}' and tags.`{RUN_TAG}` = '{run_name}' "
-        f"and tags.iteration = '{iteration}'",
+        f"and tags.iteration = '{iteration}'{whose}",
         order_by=["version_number DESC"],
         max_results=1,
     )
     if not found:
         raise LookupError(
-            f"{model_name} has no version for run {run_name!r} iteration {iteration}: its "
-            "register step has not finished (a rollout seating past-<k> must run after it)"
+            f"{model_name} has no version for run {run_name!r} iteration {iteration}"
+            f"{f' member {member}' if member else ''}: its register step has not finished "
+            "(a rollout seating past-<k>, or a population's next rollout, must run after it)"
         )
     return found[0].tags[CHECKPOINT_TAG]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from sparring.metrics import PERF, ROLLOUT, metric_name, prefixed
 from sparring.samples import TokenTrace, sample_row, write_samples
 
 Policy = GenerationBackend | Agent
+Learners = str | Sequence[str]  # the policy name(s) whose seats a rollout's metrics cover
 
 
 class RolloutConfig(BaseModel):
@@ -323,10 +325,11 @@ def write_outputs(result: RolloutResult, out_dir: str | Path) -> dict[str, Path]
     return paths
 
 
-def rollout_stats(result: RolloutResult, learner: str = LEARNER) -> dict[str, float]:
+def rollout_stats(result: RolloutResult, learner: Learners = LEARNER) -> dict[str, float]:
     """The `rollout/*` and `perf/*` metrics of one rollout. Reward, invalid rate and the
-    game's own `episode_metrics` cover the seats `learner` played (all seats in self-play);
-    a game with a `role_breakdown` also gets every `play_metrics` per role."""
+    game's own `episode_metrics` cover the seats `learner` played (all seats in self-play;
+    a population's members: every seat one of them played); a game with a `role_breakdown`
+    also gets every `play_metrics` per role."""
     eps, secs = result.episodes, max(result.seconds, 1e-9)
     n = max(len(eps), 1)
     plays = learner_plays(eps, learner)
@@ -360,9 +363,10 @@ SeatPlay = tuple[Episode, int]
 """One seat of one finished game: the episode and the seat index."""
 
 
-def learner_plays(episodes: list[Episode], learner: str = LEARNER) -> list[SeatPlay]:
-    """Every (episode, seat) that `learner` played, in play order."""
-    return [(e, s) for e in episodes for s, p in enumerate(e.seat_policies) if p == learner]
+def learner_plays(episodes: list[Episode], learner: Learners = LEARNER) -> list[SeatPlay]:
+    """Every (episode, seat) that `learner` (a policy name, or several) played, in play order."""
+    names = {learner} if isinstance(learner, str) else set(learner)
+    return [(e, s) for e in episodes for s, p in enumerate(e.seat_policies) if p in names]
 
 
 def by_role(plays: list[SeatPlay]) -> dict[str, list[SeatPlay]]:

@@ -30,15 +30,23 @@ class OpponentMix(NamedTuple):
 def schedule_state(
     cfg: PipelineConfig, run_name: str, iteration: int, previous: str | Path | None
 ) -> dict[str, Any]:
-    """The schedule state (`DifficultySchedule.to_dict`) a rollout continues: the file
-    `previous` (the pipeline passes the previous rollout's schedule.json), or without one the
-    schedule.json that rollout `iteration - 1` of this run stored (so a campaign block's first
-    rollout continues the last block's); `{}` (a new schedule) when there is none."""
+    """The schedule state (`DifficultySchedule.to_dict`) a rollout continues (`carried`)."""
+    return carried(cfg, run_name, iteration, previous, "schedule.json")
+
+
+def carried(
+    cfg: PipelineConfig, run_name: str, iteration: int, previous: str | Path | None, name: str
+) -> dict[str, Any]:
+    """A state the rollouts carry from one to the next in the JSON file `name`: the file
+    `previous` (the pipeline passes the previous rollout's), or without one the file that
+    rollout `iteration - 1` of this run stored (so a campaign block's first rollout continues
+    the last block's); `{}` (a new state) when there is none. A retried rollout reads the same
+    file again, so it never applies its own update twice."""
     if previous is not None:
         text = Path(previous).read_text() if Path(previous).exists() else None
     elif iteration > 0:
         uri = run_uri(cfg, run_name, iteration - 1, "rollout")
-        text = storage.read_text(uri, "schedule.json", cfg.storage.client_config())
+        text = storage.read_text(uri, name, cfg.storage.client_config())
     else:
         text = None
     return json.loads(text or "{}")

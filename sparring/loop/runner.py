@@ -17,7 +17,8 @@ Steps (the numbers repeat in the body):
   2. the initial model, optionally warm-started by SFT on scripted self-play
   3. optionally, evaluate it on val before any update (`evaluate_start`): the table's first row
   4. per iteration: rollout (or, with `train_backend: verl`, one verl task that plays and
-     trains), GRPO update, evaluation on val states, register (champion if better)
+     trains), GRPO update, evaluation on val states, register (champion if better); with a
+     `population`, each of these for every member (sparring.loop.population)
   5. with `game_init.num_test` > 0, the start and the final model once on the test states
   6. finish: end the parent run, the run's summary
 """
@@ -110,27 +111,31 @@ def _iterate(
         if on_iteration:
             on_iteration(start)
     # 4. the iterations
-    done = []
+    done, members = [], None  # a population's checkpoints, member -> folder
     for step in plan(cfg):
         i, out = step.iteration, work / str(step.iteration)
         log(f"iteration {i}: rollout, train, evaluate, register")
-        metrics = _play_and_train(
-            cfg, model, reference, train_inits, val_inits, step, out, run_name, parent, schedule
-        )
-        if cfg.opponents.mixed:
-            schedule = out / "rollout" / "schedule.json"
-        trained = out / "trained"
-        evaluated = _evaluate(cfg, trained, model, val_inits, work, run_name, i)
-        metrics |= evaluated.metrics
-        registered = tasks.register(
-            cfg, parent, run_name, i, str(trained), metrics, [out / "eval" / "metrics.json"],
-            scores=evaluated.val_scores,
-        )  # fmt: skip
-        it = Iteration(i, trained, metrics, registered, evaluated.val_scores)
+        if cfg.population:  # K members (sparring.loop.population), the lead's as the model
+            from sparring.loop import population
+
+            if members is None:  # every member the start model, or a resumed run's members
+                members = population.start_members(cfg, run_name, i, str(model), work / "resumed")
+            previous = work / str(i - 1) / "rollout" / population.STATE_FILE if done else None
+            ran = population.iteration(
+                cfg, members, str(reference), train_inits, val_inits, step, out, run_name,
+                parent, previous,
+            )  # fmt: skip
+            members = ran.members
+            it = Iteration(i, ran.model_dir, ran.metrics, ran.registered, ran.val_scores)
+        else:
+            it = _iteration(cfg, model, reference, train_inits, val_inits, step, work, run_name,
+                            parent, schedule)  # fmt: skip
+            if cfg.opponents.mixed:
+                schedule = out / "rollout" / "schedule.json"
         done.append(it)
         if on_iteration:
             on_iteration(it)
-        model = trained
+        model = it.model_dir
     # 5. the claim: start and final model on the test states, once
     test = {}
     if cfg.game_init.num_test:
@@ -140,6 +145,33 @@ def _iterate(
             parent or None, done[-1].iteration,
         )  # fmt: skip
     return start, done, test
+
+
+def _iteration(
+    cfg: PipelineConfig,
+    model: Path,
+    reference: Path,
+    train_inits: str,
+    val_inits: str,
+    step: IterationPlan,
+    work: Path,
+    run_name: str,
+    parent: str,
+    schedule: Path | None,
+) -> Iteration:
+    """4. One learner's iteration: rollout and update, evaluation, register."""
+    i, out = step.iteration, work / str(step.iteration)
+    metrics = _play_and_train(
+        cfg, model, reference, train_inits, val_inits, step, out, run_name, parent, schedule
+    )
+    trained = out / "trained"
+    evaluated = _evaluate(cfg, trained, model, val_inits, work, run_name, i)
+    metrics |= evaluated.metrics
+    registered = tasks.register(
+        cfg, parent, run_name, i, str(trained), metrics, [out / "eval" / "metrics.json"],
+        scores=evaluated.val_scores,
+    )  # fmt: skip
+    return Iteration(i, trained, metrics, registered, evaluated.val_scores)
 
 
 def _play_and_train(

@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparring.games.base import LEARNER
 from sparring.metrics import ROLLOUT, WARM_START, metric_name
 from sparring.rollout import (
+    Learners,
     Policy,
     RolloutConfig,
     RolloutResult,
@@ -96,16 +98,17 @@ def self_play(
     seat_plan: list[list[str]] | None = None,
     progress: bool = False,
     top_up: TopUp | None = None,
+    learners: Learners = LEARNER,
 ) -> Step:
     """2. Play `states` (`rcfg.games_per_init` times each), then `top_up`'s further states
     where dynamic sampling asks for them (no opponent mix); write and summarise the games, all
-    of them."""
+    of them, over the seats of `learners` (a population's members)."""
     result = play(states, policies, rcfg, progress=progress, seat_plan=seat_plan)
     extra: dict[str, float] = {}
     if top_up is not None:
         result, extra = top_up.play(result, len(states), policies, rcfg, progress)
     paths = write_outputs(result, out_dir)
-    return Step(Path(out_dir), rollout_stats(result) | extra, paths, result)
+    return Step(Path(out_dir), rollout_stats(result, learners) | extra, paths, result)
 
 
 @dataclass

@@ -240,20 +240,23 @@ def evaluate(
     run_name: str,
     iteration: int,
     parent_run_id: str | None = None,
+    member: str | None = None,
 ) -> tuple[dict[str, float], str]:
     """Evaluate on val states; write metrics.json, rewards.png, transcripts.json, the game's
-    report files and scores.json (the champion metric per game), upload them. With
-    `parent_run_id` (the start's evaluation, which no register step records) the metrics go
-    to the iteration's MLflow child run and the parent's curve. Returns (metrics, an HTML
-    report for the KFP UI)."""
+    report files and scores.json (the champion metric per game), upload them (a population
+    `member`'s into `<i>/eval/<member>`). With `parent_run_id` (the start's evaluation, which
+    no register step records) the metrics go to the iteration's MLflow child run and the
+    parent's curve. Returns (metrics, an HTML report for the KFP UI)."""
     from sparring.evaluate import write_eval
 
     metrics, episodes = _play_eval(cfg, cfg.eval, model_dir, previous_dir, val_inits)
     paths = write_eval(metrics, episodes, out_dir, cfg.game)
     scores = game_scores(episodes, cfg.champion_metric)
     (Path(out_dir) / SCORES_FILE).write_text(json.dumps(scores))
-    upload(cfg, out_dir, run_uri(cfg, run_name, iteration, "eval"))
-    log(f"iteration {iteration}: {cfg.champion_metric} = {metrics.get(cfg.champion_metric, 0):.3f}")
+    upload(cfg, out_dir, run_uri(cfg, run_name, iteration, "eval", *([member] if member else [])))
+    whose = f" ({member})" if member else ""
+    log(f"iteration {iteration}: {cfg.champion_metric}{whose} = "
+        f"{metrics.get(cfg.champion_metric, 0):.3f}")  # fmt: skip
     if parent_run_id:
         from sparring.tracking import PipelineRun
 
@@ -355,6 +358,8 @@ def register(
     artifacts: list[str | Path] = (),  # type: ignore[assignment]
     kfp_run_id: str | None = None,
     scores: dict[str, float] | None = None,
+    member: str | None = None,
+    curve: bool = True,
 ) -> Registered:
     """Log the iteration's metrics, artifacts and input datasets to its MLflow child run, then
     store the checkpoint once, as an MLflow model, and register it (`sparring.registry.publish`,
@@ -364,7 +369,10 @@ def register(
     once the registry holds its own copy, the previous iteration's `<run>/<i-1>/checkpoint`
     (every consumer of it has finished) is deleted (`drop_pipeline_copies`).
     Safe to retry: a rerun finds the version it registered. If storage fails, nothing is
-    registered.
+    registered. A population `member` is stored at `<run>/<i>/members/<member>/checkpoint`
+    and registered as its own version under its own alias (the member's name); its copies are
+    kept. `curve`: the eval metrics also go to the parent run's curve (a population logs
+    only its lead member's).
     """
     from sparring import registry, storage
     from sparring.loop.checkpoints import stored_uri
@@ -375,7 +383,8 @@ def register(
         raise KeyError(
             f"champion_metric {cfg.champion_metric!r} not in eval metrics {sorted(evals)}"
         )
-    stored, own = stored_uri(model_dir), run_uri(cfg, run_name, iteration, "checkpoint")
+    whose = ("members", member) if member else ()
+    stored, own = stored_uri(model_dir), run_uri(cfg, run_name, iteration, *whose, "checkpoint")
     if not cfg.tracking.enabled:  # store the checkpoint; there is no registry to tell
         if stored is None:
             return Registered(upload(cfg, model_dir, own), "", "")
@@ -402,12 +411,15 @@ def register(
         eval_key=cfg.eval_key,
         artifacts_destination=cfg.tracking.artifacts_destination,
         tags=tags,
-        facts={"base model": cfg.model, "game": game, "group key": group_key, "run": run_name},
-        parent_run_id=parent_run_id,
+        facts={"base model": cfg.model, "game": game, "group key": group_key, "run": run_name}
+        | ({"member": member} if member else {}),
+        parent_run_id=parent_run_id if curve else None,
         storage_config=cfg.storage.client_config(),
         stored=stored,
+        member=member,
     )
-    drop_pipeline_copies(cfg, run.client, run_name, [iteration - 1])
+    if member is None:
+        drop_pipeline_copies(cfg, run.client, run_name, [iteration - 1])
     run.log_metrics(iteration, {k: v for k, v in metrics.items() if k not in evals})
     for path in artifacts:
         run.log_artifact(path, iteration)
@@ -425,7 +437,7 @@ def register(
     run.finish()  # ends the child run; the parent stays open until `finish`
     log(
         f"iteration {iteration}: stored {reg.checkpoint_uri}, registered {cfg.registered_model} "
-        f"v{reg.version} (champion: v{reg.champion_version})"
+        f"v{reg.version}{f' as {member}' if member else ''} (champion: v{reg.champion_version})"
     )
     return Registered(reg.checkpoint_uri, reg.version, reg.champion_version)
 
