@@ -52,6 +52,7 @@ def plot(curves: dict[int, list[dict]], path: Path, title: str) -> None:
             x, y = [r["iteration"] for r in curve], [r[METRIC] for r in curve]
             ax.plot(x, y, "o-", label=f"seed {seed}")
         ax.axhline(11 / 24, color="gray", ls="--", lw=1, label="uniform random (0.458)")
+        ax.axhline(1 / 3, color="gray", ls=":", lw=1, label="always bet or call (0.333)")
         ax.axhline(0, color="black", lw=0.8)
         ax.set_xlabel("iteration (the first point: the start, before any update)")
         ax.set_ylabel("exploitability (chips per hand)")
