@@ -21,6 +21,7 @@ from pathlib import Path
 
 from sparring.games import GameSpec
 from sparring.metrics import EVAL, prefixed
+from sparring.rollout import play_games
 from sparring.settings import TrackingConfig
 
 MODEL_TAG = "sparring.compare.model"  # the reference a run's model was given as
@@ -56,7 +57,7 @@ def compare(
             policy = game.make_agent(ref)
         else:
             policy = HFBackend(resolve_model(ref), device=device, max_batch_size=max_batch_size)
-        metrics = game.make().policy_metrics(policy, temperature)
+        metrics = game.make().policy_metrics(policy, temperature, play_games)
         if not metrics:
             raise ValueError(
                 f"{game.name} reports no policy metrics with params {game.params}: set the "

@@ -54,6 +54,7 @@ from sparring.rollout import (
     learner_plays,
     load_inits,
     play,
+    play_games,
     play_metrics,
 )
 
@@ -161,7 +162,7 @@ def evaluate(
         rewards = [e.rewards[s] for e, s in plays]
         metrics[eval_name(mode, ALL_ROLES, "normalized_reward")] = float(np.mean(rewards))
     metrics |= prefixed(
-        EVAL, cfg.game.make().policy_metrics(policy, cfg.rollout.sampling.temperature)
+        EVAL, cfg.game.make().policy_metrics(policy, cfg.rollout.sampling.temperature, play_games)
     )
     return metrics | baseline_metrics(baselines, by_state), episodes
 

@@ -149,6 +149,19 @@ class LiveGame:
         )
 
 
+def play_games(
+    game: GameSpec,
+    sampling: SamplingParams,
+    runs: list[tuple[str, dict[str, Any]]],
+    policies: dict[str, Policy],
+    seat_plan: list[list[str]],
+) -> list[Episode]:
+    """Each of `runs` played once, seated per `seat_plan`, in one batched rollout (what
+    `Game.policy_metrics` gets as `play`: the strategic evaluator's games)."""
+    cfg = RolloutConfig(game=game, sampling=sampling, games_per_init=1)
+    return play(runs, policies, cfg, progress=False, seat_plan=seat_plan).episodes
+
+
 def play(
     inits: list[tuple[str, dict[str, Any]]],
     policies: dict[str, Policy],

@@ -41,6 +41,11 @@ from typing import Any, ClassVar, Protocol
 
 from sparring.metrics import SELFPLAY, VS_PREVIOUS
 
+PlayGames = Callable[..., list[Any]]
+"""`sparring.rollout.play_games(game, sampling, runs, policies, seat_plan)`: one batched
+rollout of `runs` ((id, state) pairs) under the `GameSpec` `game` at `sampling`, each seated
+per `seat_plan`; its episodes. Handed to `Game.policy_metrics` by the evaluation."""
+
 LEARNER = "policy"
 """The seat name of the policy being trained: rollouts, evaluation and the trainer's row filter
 all call it this; scripted opponents and earlier checkpoints have their own names."""
@@ -288,10 +293,14 @@ class Game(ABC):
         default)."""
         return ()
 
-    def policy_metrics(self, policy: Any, temperature: float) -> dict[str, float]:
-        """Metrics read from the evaluated model itself, not from games (Kuhn Poker: its
-        exploitability), named without a prefix: evaluation logs them as `eval/<name>`.
-        `policy` is the model's backend; `temperature` the evaluation's (none by default)."""
+    def policy_metrics(
+        self, policy: Any, temperature: float, play: PlayGames | None = None
+    ) -> dict[str, float]:
+        """Metrics of the evaluated model beyond the evaluation's own games (Kuhn Poker: its
+        exploitability; Diplomacy: the strategic evaluator), named without a prefix: evaluation
+        logs them as `eval/<name>`. `policy` is the model's backend; `temperature` the
+        evaluation's; `play` the engine's way to play extra games, handed in by the caller
+        (games sit below the engine). None by default."""
         return {}
 
     @classmethod

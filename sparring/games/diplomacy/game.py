@@ -45,6 +45,7 @@ from sparring.games.base import (
     GameStats,
     Lineup,
     Play,
+    PlayGames,
     StepResult,
     TurnRecord,
 )
@@ -514,21 +515,26 @@ class DiplomacyGame(Game):
         trivial = ("hold", "random-legal")
         return tuple(Baseline(b, VS_SCRIPTED, trivial=b in trivial, agent=b) for b in BOTS)
 
-    def policy_metrics(self, policy: Any, temperature: float) -> dict[str, float]:
+    def policy_metrics(
+        self, policy: Any, temperature: float, play: PlayGames | None = None
+    ) -> dict[str, float]:
         """The strategic evaluator (`strategic.py`) when `strategic.scenarios` > 0: the policy
-        on its scenario sets, at `temperature`, `strategic/<dimension>/<COUNTRY>/<metric>`."""
+        on its scenario sets, at `temperature`, played by `play`,
+        `strategic/<dimension>/<COUNTRY>/<metric>`."""
         from sparring.games import GameSpec
         from sparring.games.diplomacy.strategic import evaluate_strategic, scenario_sets
         from sparring.generation.base import SamplingParams
-        from sparring.rollout import RolloutConfig
 
         s = self.cfg.strategic
         if not s.scenarios:
             return {}
+        if play is None:
+            raise ValueError("the strategic evaluator plays games: pass the engine's play_games")
         sampling = SamplingParams(temperature=temperature, max_new_tokens=s.max_new_tokens)
         game = GameSpec(name=self.name, params=self.cfg.model_dump(exclude={"strategic"}))
-        rollout = RolloutConfig(game=game, sampling=sampling)
-        return evaluate_strategic(policy, scenario_sets(s), rollout, s.opponent, s.horizon)
+        return evaluate_strategic(
+            policy, scenario_sets(s), play, game, sampling, s.opponent_bot, s.horizon
+        )
 
     @classmethod
     def write_report(cls, metrics: dict[str, float], out_dir: Path) -> dict[str, Path]:

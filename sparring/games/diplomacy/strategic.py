@@ -3,7 +3,7 @@ country.
 
     cfg = StrategicConfig(scenarios=8)
     sets = scenario_sets(cfg)                  # {dimension: [scenario states]}
-    metrics = evaluate_strategic(policy, sets, rollout, cfg.opponent)
+    metrics = evaluate_strategic(policy, sets, play_games, game, sampling, cfg.opponent_bot)
     metrics["strategic/crisis/AUSTRIA/center_gain"]
 
 Scenario sets come from real play: seeded trajectories of scripted bots (each power `greedy`,
@@ -19,7 +19,7 @@ qualify), until every power has `scenarios` positions in every dimension:
               before (and still one at least)
     alliance  springs 1901-1908, every power at once (played in self-play)
 
-In the first four the policy plays the scenario's power against `opponent` bots in the other
+In the first four the policy plays the scenario's power against `opponent_bot` bots in the other
 six; `alliance` seats the policy in all seven. Each game lasts the dimension's `HORIZONS`
 years (`horizon` overrides them all). Per dimension and country (and `all`):
 `normalized_reward`, `power_metrics` (`centers`, `center_gain`, `win_rate`, `gain_share`,
@@ -41,7 +41,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from sparring.games.base import LEARNER, Play
+from sparring.games import GameSpec
+from sparring.games.base import LEARNER, Play, PlayGames
 from sparring.games.diplomacy.board import ROLES
 from sparring.games.diplomacy.metrics import power_metrics
 from sparring.games.diplomacy.scenarios import play_springs, position
@@ -86,9 +87,9 @@ class StrategicConfig(BaseModel):
     0 = the evaluator is off."""
     dimensions: tuple[Dimension, ...] = DIMENSIONS
     """Which dimensions to play."""
-    opponent: str = "greedy"
+    opponent_bot: str = "greedy"
     """The bot in the six other seats (a name in `bots.BOTS`)."""
-    seed: int = 0
+    trajectory_seed: int = 0
     """Seed of the trajectories the scenarios come from."""
     horizon: int | None = Field(None, ge=1)
     """Game years per scenario for every dimension; None = each dimension's `HORIZONS`."""
@@ -134,7 +135,7 @@ def scenario_sets(cfg: StrategicConfig) -> dict[str, list[dict[str, Any]]]:
     for t in range(cfg.max_trajectories):
         if not any(need.values()):
             break
-        rng = random.Random(f"strategic:{cfg.seed}:{t}")
+        rng = random.Random(f"strategic:{cfg.trajectory_seed}:{t}")
         bots = {p: rng.choice(TRAJECTORY_BOTS) for p in ROLES}
         last = max(YEARS[d][1] for (d, _), n in need.items() if n)
         found: dict[tuple[str, str | None], list[tuple[str, dict]]] = {}
@@ -169,16 +170,16 @@ def _focus(dim: str) -> tuple[str | None, ...]:
 def evaluate_strategic(
     policy: Any,
     sets: dict[str, list[dict[str, Any]]],
-    rollout: Any,
+    play: PlayGames,
+    game: GameSpec,
+    sampling: Any,
     opponent: str,
     horizon: int | None = None,
 ) -> dict[str, float]:
     """Play every scenario of `sets` with `policy` (a generation backend or a scripted agent)
     in its power's seat (all seats in self-play dimensions), `opponent` bots elsewhere, one
-    batched rollout per horizon; return `strategic/<dimension>/<COUNTRY or all>/<metric>`.
-    `rollout` (a RolloutConfig of Diplomacy) gives the rules, sampling and batching."""
-    from sparring.games import GameSpec
-    from sparring.rollout import play
+    batched `play` (`sparring.rollout.play_games`) per horizon under `game`'s rules at
+    `sampling`; return `strategic/<dimension>/<COUNTRY or all>/<metric>`."""
 
     games = [(d, s) for d, states in sets.items() for s in states]
     policies = {LEARNER: policy, opponent: GameSpec(name="diplomacy").make_agent(opponent)}
@@ -187,13 +188,12 @@ def evaluate_strategic(
         batch = [(d, s) for d, s in games if (horizon or HORIZONS[d]) == years]
         if not batch:
             continue
-        game = rollout.game.model_copy(update={"params": {**rollout.game.params, "horizon": years}})
-        cfg = rollout.model_copy(update={"game": game, "games_per_init": 1, "seats": None})
+        rules = game.model_copy(update={"params": {**game.params, "horizon": years}})
         runs = [(f"{d}/{i}/{s['power'] or 'all'}", s) for i, (d, s) in enumerate(batch)]
         seats = [
             [LEARNER if s["power"] in (None, p) else opponent for p in ROLES] for _, s in batch
         ]
-        played = play(runs, policies, cfg, progress=False, seat_plan=seats).episodes
+        played = play(rules, sampling, runs, policies, seats)
         for (d, s), ep in zip(batch, played, strict=True):
             mine = range(len(ROLES)) if s["power"] is None else [ROLES.index(s["power"])]
             plays[d] += [(vars(ep), seat) for seat in mine]

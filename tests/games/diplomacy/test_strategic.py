@@ -26,9 +26,11 @@ from sparring.games.diplomacy.strategic import (  # noqa: E402
     qualifies,
     scenario_sets,
 )
-from sparring.rollout import RolloutConfig  # noqa: E402
+from sparring.generation.base import SamplingParams  # noqa: E402
+from sparring.rollout import play_games  # noqa: E402
 from sparring.settings import TrackingConfig  # noqa: E402
 
+NO_PRESS = GameSpec(name="diplomacy", params={"press": False})
 UNITS = {
     "AUSTRIA": ["A VIE", "A BUD", "F TRI"],
     "ENGLAND": ["F LON", "F EDI", "A LVP"],
@@ -102,7 +104,7 @@ def test_each_dimension_selects_its_positions():
 
 
 def test_opening_sets_come_from_play_one_per_power_and_repeat():
-    cfg = StrategicConfig(scenarios=1, dimensions=("opening",), seed=3)
+    cfg = StrategicConfig(scenarios=1, dimensions=("opening",), trajectory_seed=3)
     sets = scenario_sets(cfg)
     assert list(sets) == ["opening"]
     assert sorted(s["power"] for s in sets["opening"]) == sorted(ROLES)
@@ -124,12 +126,11 @@ def standard_start(power: str | None, dim: str) -> dict:
 
 
 def test_scores_of_bots_played_through_the_engine():
-    rollout = RolloutConfig(game=GameSpec(name="diplomacy", params={"press": False}))
     sets = {
         "opening": [standard_start(p, "opening") for p in ROLES],
         "alliance": [standard_start(None, "alliance")],
     }
-    metrics = evaluate_strategic(HoldBot(), sets, rollout, "greedy")
+    metrics = evaluate_strategic(HoldBot(), sets, play_games, NO_PRESS, SamplingParams(), "greedy")
     for p in ROLES:
         # holding from the start, every home center keeps its unit: greedy moves bounce off it
         assert metrics[f"strategic/opening/{p}/center_gain"] == 0.0
@@ -146,10 +147,9 @@ def test_scores_of_bots_played_through_the_engine():
 def test_greedy_self_play_gains_match_the_engine_played_directly():
     """The alliance dimension in self-play: greedy in all seven seats for two years gains what
     the same bots gain played straight on the engine."""
-    rollout = RolloutConfig(game=GameSpec(name="diplomacy", params={"press": False}))
     sets = {"alliance": [standard_start(None, "alliance")]}
     agent = GameSpec(name="diplomacy").make_agent("greedy")
-    metrics = evaluate_strategic(agent, sets, rollout, "greedy")
+    metrics = evaluate_strategic(agent, sets, play_games, NO_PRESS, SamplingParams(), "greedy")
     auto = random.Random("0:auto")  # the game's retreats and builds: seeded by the state's seed
     *_, engine = play_springs({p: "greedy" for p in ROLES}, auto, 1903)
     for p in ROLES:
@@ -160,6 +160,8 @@ def test_greedy_self_play_gains_match_the_engine_played_directly():
 
 def test_the_game_runs_it_only_when_asked():
     assert make_game("diplomacy").policy_metrics(HoldBot(), 0.0) == {}
+    with pytest.raises(ValueError, match="play_games"):  # asked, but given no way to play
+        make_game("diplomacy", strategic={"scenarios": 1}).policy_metrics(HoldBot(), 0.0)
     with pytest.raises(ValueError):
         make_game("diplomacy", strategic={"scenario": 2})  # misspelt
 
