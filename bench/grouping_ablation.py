@@ -52,6 +52,20 @@ def local(base: PipelineConfig, out: Path, **fields) -> PipelineConfig:
     return PipelineConfig.model_validate(data)
 
 
+def shared_warm_start(base: PipelineConfig, out: Path) -> tuple[PipelineConfig, Path, Path]:
+    """The arms' one warm start (under `out/warm`), evaluated on val: (the local config, the
+    warm-started model, its evaluation folder)."""
+    cfg, ws = local(base, out), out / "warm"
+    inits = tasks.game_init(cfg, ws / "inits", "warm")
+    warm = tasks.initial_model(cfg, ws / "initial")
+    if cfg.warm_start:
+        tasks.warm_start(cfg.for_step("warm-start"), str(warm), str(inits["train"]), ws / "model")
+        warm = ws / "model"
+    tasks.evaluate(cfg.for_step("evaluate"), str(warm), None, str(inits["val"]), ws / "eval",
+                   "warm", -1)  # fmt: skip
+    return cfg, warm, ws / "eval"
+
+
 def vs_scripted(cfg: PipelineConfig, eval_dir: Path) -> list[float]:
     """The learner's reward in every val game of `eval_dir` against `cfg.eval.opponent` (game
     ids of the Diplomacy eval: `<init>/<bot>/<country>#<play>`)."""
@@ -101,15 +115,8 @@ def main() -> None:
     base = load_config(PipelineConfig, args.config, parse_params(tuple(args.set)))
     out = Path(args.out or tempfile.mkdtemp(prefix="sparring-ablation-"))
     # 1. the shared warm start, evaluated
-    cfg, ws = local(base, out), out / "warm"
-    inits = tasks.game_init(cfg, ws / "inits", "warm")
-    warm = tasks.initial_model(cfg, ws / "initial")
-    if cfg.warm_start:
-        tasks.warm_start(cfg.for_step("warm-start"), str(warm), str(inits["train"]), ws / "model")
-        warm = ws / "model"
-    tasks.evaluate(cfg.for_step("evaluate"), str(warm), None, str(inits["val"]), ws / "eval",
-                   "warm", -1)  # fmt: skip
-    arms = {"warm start": summary(vs_scripted(cfg, ws / "eval"))}
+    cfg, warm, warm_eval = shared_warm_start(base, out)
+    arms = {"warm start": summary(vs_scripted(cfg, warm_eval))}
     # 2. every arm and seed from that checkpoint; 3. its last evaluation
     rewards, per_seed, runs = {}, {}, []
     for seed in args.seeds:

@@ -34,10 +34,9 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import numpy as np
-from grouping_ablation import local, summary  # bench/grouping_ablation.py, next to this file
+from grouping_ablation import local, shared_warm_start, summary  # bench/, next to this file
 
 from sparring.cli.options import load_config, parse_params
-from sparring.loop import tasks
 from sparring.loop.config import CONFIG_DIR, PipelineConfig
 from sparring.loop.runner import run_loop
 
@@ -102,15 +101,8 @@ def main() -> None:
     base = load_config(PipelineConfig, args.config, parse_params(tuple(args.set)))
     out = Path(args.out or tempfile.mkdtemp(prefix="sparring-transfer-"))
     # 1. the shared warm start, evaluated: it names the weaker power of each pair
-    cfg, ws = local(base, out), out / "warm"
-    inits = tasks.game_init(cfg, ws / "inits", "warm")
-    warm = tasks.initial_model(cfg, ws / "initial")
-    if cfg.warm_start:
-        tasks.warm_start(cfg.for_step("warm-start"), str(warm), str(inits["train"]), ws / "model")
-        warm = ws / "model"
-    tasks.evaluate(cfg.for_step("evaluate"), str(warm), None, str(inits["val"]), ws / "eval",
-                   "warm", -1)  # fmt: skip
-    start = per_country(cfg, ws / "eval")
+    cfg, warm, warm_eval = shared_warm_start(base, out)
+    start = per_country(cfg, warm_eval)
     reward = {c: float(np.mean(v["rewards"])) for c, v in start.items()}
     weaker = [min(pair, key=reward.__getitem__) for pair in cfg.game.cls.transfer_pairs]
     # 2. every arm and seed from that checkpoint; 3. its final evaluation per country

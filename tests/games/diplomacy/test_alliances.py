@@ -7,6 +7,8 @@ import pytest
 
 pytest.importorskip("diplomacy")
 
+from start_position import CENTERS, UNITS  # noqa: E402  the 1901 board, by power
+
 from sparring.games import GameSpec, make_game  # noqa: E402
 from sparring.games.diplomacy import ROLES, DiplomacyGame  # noqa: E402
 from sparring.games.diplomacy.alliances import (  # noqa: E402
@@ -17,18 +19,6 @@ from sparring.games.diplomacy.alliances import (  # noqa: E402
 )
 from sparring.loop.config import PipelineConfig  # noqa: E402
 from sparring.samples import check_group_key  # noqa: E402
-
-# The 1901 board, by power: units and home centers.
-UNITS = {
-    "AUSTRIA": ["A VIE", "A BUD", "F TRI"],
-    "ENGLAND": ["F LON", "F EDI", "A LVP"],
-    "FRANCE": ["F BRE", "A PAR", "A MAR"],
-    "GERMANY": ["F KIE", "A BER", "A MUN"],
-    "ITALY": ["F NAP", "A ROM", "A VEN"],
-    "RUSSIA": ["A WAR", "A MOS", "F SEV", "F STP/SC"],
-    "TURKEY": ["F ANK", "A CON", "A SMY"],
-}
-CENTERS = {p: [u.split()[1].split("/")[0] for u in us] for p, us in UNITS.items()}
 
 
 def phase(**orders: list[str]) -> PhaseOrders:

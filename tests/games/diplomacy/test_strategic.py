@@ -12,6 +12,8 @@ import pytest
 
 pytest.importorskip("diplomacy")
 
+from start_position import CENTERS, UNITS  # noqa: E402  the 1901 board, by power
+
 from sparring.compare import MODEL_TAG, label_of, log_comparison, write_comparison  # noqa: E402
 from sparring.games import GameSpec, make_game  # noqa: E402
 from sparring.games.diplomacy import ROLES  # noqa: E402
@@ -31,16 +33,6 @@ from sparring.rollout import play_games  # noqa: E402
 from sparring.settings import TrackingConfig  # noqa: E402
 
 NO_PRESS = GameSpec(name="diplomacy", params={"press": False})
-UNITS = {
-    "AUSTRIA": ["A VIE", "A BUD", "F TRI"],
-    "ENGLAND": ["F LON", "F EDI", "A LVP"],
-    "FRANCE": ["F BRE", "A PAR", "A MAR"],
-    "GERMANY": ["F KIE", "A BER", "A MUN"],
-    "ITALY": ["F NAP", "A ROM", "A VEN"],
-    "RUSSIA": ["A WAR", "A MOS", "F SEV", "F STP/SC"],
-    "TURKEY": ["F ANK", "A CON", "A SMY"],
-}
-CENTERS = {p: [u.split()[1].split("/")[0] for u in us] for p, us in UNITS.items()}
 
 
 def phase(name: str, press: tuple = (), **orders: list[str]) -> PhaseOrders:
