@@ -1,8 +1,8 @@
 """Several models side by side on a game's policy metrics (`Game.policy_metrics`), from one
 command.
 
-    sparring compare --game diplomacy --param strategic.scenarios=8 --param press=false \
-        --model models:/sparring@champion --model models:/sparring/3 --model support \
+    sparring compare --game diplomacy --param strategic.scenarios=8 --param press=false \\
+        --model models:/sparring@champion --model models:/sparring/3 --model support \\
         --out runs/compare
 
 A model is a scripted agent of the game (by name) or anything `sparring.models.resolve_model`

@@ -17,7 +17,7 @@ from typing import Any
 
 import textarena as ta
 
-from sparring.games.base import Baseline, Play
+from sparring.games.base import Baseline, Play, PlayGames
 from sparring.games.textarena.env import TextArenaGame
 from sparring.games.textarena.kuhn import FixedKuhnPokerEnv
 from sparring.metrics import VS_SCRIPTED
@@ -95,7 +95,9 @@ class KuhnPoker(TextArenaGame):
             Baseline("kuhn-poker-nash", VS_SCRIPTED, trivial=False, agent="kuhn-poker-nash"),
         )
 
-    def policy_metrics(self, policy: Any, temperature: float) -> dict[str, float]:
+    def policy_metrics(
+        self, policy: Any, temperature: float, play: PlayGames | None = None
+    ) -> dict[str, float]:
         """`exploitability` of the policy read out at the 12 information sets of one hand, and
         `exploitability/<baseline>` of the baselines' tables beside it
         (`sparring.games.textarena.exploitability`)."""
