@@ -64,7 +64,9 @@ SHOWN = (
     "train/pg_clipfrac",
     "train/ppo_kl",
     "train/no_signal",
+    "train/optimizer_steps",
 )
+BASELINE = "eval/baseline/"  # the game's baselines on the same val states (sparring.evaluate)
 
 
 def measured(base: PipelineConfig, seed: int, out: Path) -> PipelineConfig:
@@ -79,7 +81,13 @@ def row(seed: int, it: Iteration, metric: str) -> dict:
     """One evaluation, as learning.json keeps it."""
     shown = {k: it.metrics[k] for k in SHOWN if k in it.metrics}
     row = {"seed": seed, "iteration": it.iteration, "reward": it.metrics[metric], **shown}
-    return row | {"val_scores": it.val_scores}  # a cut-off run's paired gain comes from these
+    baselines = {
+        k.removeprefix(BASELINE): v
+        for k, v in it.metrics.items()
+        if k.startswith(BASELINE) and not k.endswith("_se")
+    }
+    # a cut-off run's paired gain comes from val_scores
+    return row | {"baselines": baselines, "val_scores": it.val_scores}
 
 
 @contextmanager
@@ -101,8 +109,14 @@ def saved_figure(path: Path, title: str, size: tuple[float, float] = (6.5, 3.8))
 
 def plot(arms: dict[str, dict[int, list[dict]]], path: Path, title: str):
     """Per arm (the recipe first, then the SFT control and the other arms) one thin line per
-    seed and, with several seeds, their mean with its standard error across seeds."""
+    seed and, with several seeds, their mean with its standard error across seeds; the game's
+    baselines on the same val states as dashed grey lines."""
     with saved_figure(path, title) as ax:
+        first = next((r for c in arms.values() for cv in c.values() for r in cv), {})
+        for name, value in first.get("baselines", {}).items():
+            ax.axhline(value, ls="--", lw=0.8, color="grey")
+            ax.annotate(name, (1, value), xycoords=("axes fraction", "data"), fontsize=7,
+                        color="grey", ha="right", va="bottom")  # fmt: skip
         for i, (arm, curves) in enumerate(arms.items()):
             color = f"C{i}"
             for seed, curve in curves.items():
@@ -178,7 +192,8 @@ def main() -> None:
 
         def report(it: Iteration) -> None:
             curve.append(row(seed, it, metric) | ({} if arm == "recipe" else {"arm": arm}))
-            print(json.dumps({k: v for k, v in curve[-1].items() if k != "val_scores"}), flush=True)
+            shown = {k: v for k, v in curve[-1].items() if k not in ("val_scores", "baselines")}
+            print(json.dumps(shown), flush=True)
             (out / "learning.json").write_text(json.dumps({"config": args.config, "arms": arms}))
 
         return run_loop(cfg, work, on_iteration=report)

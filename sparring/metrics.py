@@ -11,7 +11,8 @@
     population/<member>/<metric>   a population member's rating, rollout reward, and its own
                                    train/* and eval/* (`sparring.loop.population`)
     test/<figure>                  the start and the final model once on the test states, in
-                                   the champion metric: start, final, gain, gain_se (paired)
+                                   the champion metric: start, final, gain, gain_se (paired);
+                                   test/baseline/<name> and test/gain_over_best_trivial there
 
 Generic metrics are the same for every game; a game adds its own (`Game.episode_metrics`)
 inside the same namespaces. Eval modes are `EVAL_MODES` plus any a game's lineups add

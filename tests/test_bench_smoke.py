@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from sparring.games.matching.game import MatchingGame
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -141,8 +143,10 @@ def test_learning_bench_runs_the_product_loop_per_training_seed(tiny_model_dir, 
     saved = json.loads((tmp_path / "learning.json").read_text())
     curves = saved["arms"]["recipe"]
     assert sorted(curves) == ["0", "1"]
+    baselines = {b.name for b in MatchingGame.baselines()}
     for curve in curves.values():
         assert [row["iteration"] for row in curve] == [-1, 0]  # the start, then iteration 0
+        assert all(set(row["baselines"]) == baselines for row in curve)  # drawn in the plot
     gains = [gain for gain, _ in saved["gains"].values()]
     assert list(results)[0] == "learning_gain"
     assert results["learning_gain"] == pytest.approx(sum(gains) / 2, abs=5e-4)

@@ -38,7 +38,16 @@ import yaml
 from sparring.loop import league, recent, reports, steps
 from sparring.loop.config import PipelineConfig
 from sparring.loop.io import log, run_uri, upload
-from sparring.metrics import ALL_ROLES, PERF, TEST, metric_name, split_eval
+from sparring.metrics import (
+    ALL_ROLES,
+    BASELINE,
+    EVAL,
+    GAIN_OVER_BEST_TRIVIAL,
+    PERF,
+    TEST,
+    metric_name,
+    split_eval,
+)
 from sparring.rollout import RolloutConfig, build_policies, learner_plays, load_inits
 from sparring.stats import paired_gain
 
@@ -313,22 +322,34 @@ def evaluate_test(
 ) -> dict[str, float]:
     """Score the start and the final model once on every test state, in the champion metric's
     mode (`vs_previous` plays the start): `test/start`, `test/final`, and the paired
-    `test/gain` with its standard error `test/gain_se`. Written to test.json beside both
+    `test/gain` with its standard error `test/gain_se`; beside them the game's baselines on
+    the same states, `test/baseline/<name>` (with `_se`), and the final model's
+    `test/gain_over_best_trivial` (paired over the states). Written to test.json beside both
     models' scores, uploaded, and logged to the parent run at step `iteration` (the last)."""
     mode = (split_eval(cfg.champion_metric) or ("",))[0]
     ecfg = cfg.eval.model_copy(update={"modes": [mode], "num_games": None})
-    out, figures, scores = Path(out_dir), {}, {}
+    out, figures, scores, metrics = Path(out_dir), {}, {}, {}
     for name, model in (("start", start_dir), ("final", final_dir)):
         metrics, episodes = _play_eval(cfg, ecfg, model, start_dir, test_inits)
         figures[metric_name(TEST, name)] = metrics[cfg.champion_metric]
         scores[name] = game_scores(episodes, cfg.champion_metric)
     gain, se = paired_gain(scores["start"], scores["final"])
     figures |= {metric_name(TEST, "gain"): gain, metric_name(TEST, "gain_se"): se}
+    beside = (metric_name(EVAL, BASELINE, ""), metric_name(EVAL, GAIN_OVER_BEST_TRIVIAL))
+    figures |= {  # the final model's evaluation's, renamed eval/ -> test/
+        metric_name(TEST, k.removeprefix(metric_name(EVAL, ""))): v
+        for k, v in metrics.items()
+        if k.startswith(beside)
+    }
     out.mkdir(parents=True, exist_ok=True)
     (out / "test.json").write_text(json.dumps({"figures": figures, "scores": scores}, indent=1))
     upload(cfg, out, run_uri(cfg, run_name, "test"))
     log(f"test: {cfg.champion_metric} {figures['test/start']:.3f} at the start, "
         f"{figures['test/final']:.3f} at the end: gain {gain:+.3f} ± {se:.3f} (paired s.e.)")  # fmt: skip
+    trivial = metric_name(TEST, GAIN_OVER_BEST_TRIVIAL)
+    if trivial in figures:
+        log(f"test: the final model minus the best trivial baseline {figures[trivial]:+.3f} ± "
+            f"{figures[trivial + '_se']:.3f} (paired s.e.)")  # fmt: skip
     if parent_run_id:
         from mlflow.entities import Metric
 

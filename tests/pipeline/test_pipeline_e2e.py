@@ -138,6 +138,12 @@ def test_in_process_loop_plays_the_same_games_as_the_kfp_pipeline(s3_env, tiny_r
     se = (sum((d - mean) ** 2 for d in diffs) / 2) ** 0.5 / 3**0.5
     assert result.test["test/gain_se"] == pytest.approx(se)
     assert result.test["test/start"] == pytest.approx(sum(start.values()) / 3)
+    # beside them the game's baselines on the same test states, and the final model's margin
+    trivial = [b.name for b in cfg.game.cls.baselines() if b.trivial]
+    best = max(result.test[f"test/baseline/{name}"] for name in trivial)
+    final_mean = sum(final.values()) / 3
+    assert result.test["test/gain_over_best_trivial"] == pytest.approx(final_mean - best)
+    assert test["figures"] == result.test
     # the checkpoint is stored where past-<k> opponents look for it with tracking off
     assert it.registered.checkpoint_uri == f"{tmp_path / 'store'}/{result.run_name}/0/checkpoint"
     assert result.run_name != cfg.run_name  # keyed on the run's id, not its display name
