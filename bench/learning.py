@@ -15,12 +15,15 @@ rollout's sampling seed moves by 1000 per seed, GRPO and SFT take the seed; the 
 evaluation's draws stay the same, so the gains of two seeds are comparable), plus what a
 measurement needs: the start model (after the warm start) is evaluated before any update
 (`evaluate_start`), files stay in `--out` (no S3) and nothing is tracked (no MLflow). Prints
-each evaluation as it finishes, writes learning.json and learning.png; with test states
-(`game_init.num_test`) it prints the test figures per seed with their mean and standard error
-across seeds beside the evaluation's (`sparring run --seeds` prints the same table). Ends with
-`RESULT learning_gain <mean over seeds of the paired gain>`: each val game's champion metric
-at the last iteration minus at the start, paired game by game (learning.json keeps every
-game's).
+each evaluation as it finishes, writes learning.json and learning.png (with the game's
+baselines on the val states); with test states (`game_init.num_test`) it prints the test
+figures per seed with their mean and standard error across seeds beside the evaluation's
+(`sparring run --seeds` prints the same table). Prints `RESULT learning_gain <mean over seeds
+of the paired gain>`: each val game's champion metric at the last iteration minus at the
+start, paired game by game (learning.json keeps every game's); with test states then
+`RESULT real_test_reward`, `real_gain_over_warm_start` and `real_gain_over_best_trivial` (the
+final model on test, its gain over the start, its margin over the best trivial baseline on
+the same states), each the mean over seeds with a `_se_seeds` twin.
 
 `--control sft` runs each seed a second time as the SFT control (`sparring.loop.control`):
 the same warm start, then in place of each GRPO iteration an SFT round on the teacher's
@@ -53,7 +56,7 @@ import numpy as np
 from sparring.cli.options import load_config, parse_params
 from sparring.loop.config import DEFAULT_CONFIG, PipelineConfig
 from sparring.loop.control import compare, control_config, final_difference, format_comparison
-from sparring.loop.replicates import Replicate, format_replicates, seeded, summarize
+from sparring.loop.replicates import TRIVIAL, Replicate, format_replicates, seeded, summarize
 from sparring.loop.runner import Iteration, run_loop
 from sparring.stats import mean_se, paired_gain
 
@@ -65,6 +68,13 @@ SHOWN = (
     "train/ppo_kl",
     "train/no_signal",
     "train/optimizer_steps",
+)
+# The test figures' RESULT lines (each with a `_se_seeds` twin): the final model's reward, its
+# gain over the start (the warm-started model), and its margin over the best trivial baseline.
+RESULTS_ON_TEST = (
+    ("real_test_reward", "test/final"),
+    ("real_gain_over_warm_start", "test/gain"),
+    ("real_gain_over_best_trivial", TRIVIAL),
 )
 BASELINE = "eval/baseline/"  # the game's baselines on the same val states (sparring.evaluate)
 
@@ -241,6 +251,10 @@ def main() -> None:
     )
     print(f"gain {np.mean(values):+.3f}{spread}; curve and plot in {out}")
     print(f"RESULT learning_gain {np.mean(values):.3f}")
+    for name, key in RESULTS_ON_TEST:
+        if key in summary.get("test", {}).get("mean", {}):
+            print(f"RESULT {name} {summary['test']['mean'][key]:.4f}")
+            print(f"RESULT {name}_se_seeds {summary['test']['se_seeds'][key]:.4f}")
     if versus:
         diff, se = mean_se([v["grpo_minus_sft"] for v in versus.values()])
         print(f"RESULT real_gain_over_sft_control {diff:.4f}")

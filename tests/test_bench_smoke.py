@@ -162,6 +162,14 @@ def test_learning_bench_runs_the_product_loop_per_training_seed(tiny_model_dir, 
     seeds = [test["seeds"][s]["test/gain"] for s in ("0", "1")]
     assert test["mean"]["test/gain"] == pytest.approx(sum(seeds) / 2)
     assert test["se_seeds"]["test/gain"] == pytest.approx(abs(seeds[0] - seeds[1]) / 2)
+    margins = [test["seeds"][s]["test/gain_over_best_trivial"] for s in ("0", "1")]
+    assert results["real_gain_over_best_trivial"] == pytest.approx(sum(margins) / 2, abs=5e-5)
+    se = abs(margins[0] - margins[1]) / 2
+    assert results["real_gain_over_best_trivial_se_seeds"] == pytest.approx(se, abs=5e-5)
+    assert results["real_test_reward"] == pytest.approx(test["mean"]["test/final"], abs=5e-5)
+    assert results["real_gain_over_warm_start"] == pytest.approx(
+        test["mean"]["test/gain"], abs=5e-5
+    )
 
 
 def test_learning_bench_real_model(smollm2_dir, tmp_path):

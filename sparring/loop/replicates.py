@@ -16,9 +16,11 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from sparring.loop.config import PipelineConfig
+from sparring.metrics import GAIN_OVER_BEST_TRIVIAL, TEST, metric_name
 from sparring.stats import mean_se
 
 SEED_STRIDE = 1000  # a training seed moves the rollout's sampling seed by this much
+TRIVIAL = metric_name(TEST, GAIN_OVER_BEST_TRIVIAL)
 
 
 class Replicate(NamedTuple):
@@ -26,7 +28,9 @@ class Replicate(NamedTuple):
 
     seed: int
     run_name: str
-    test: dict[str, float]  # test/start, test/final, test/gain, test/gain_se (evaluate_test)
+    # test/start, test/final, test/gain, test/gain_se, test/gain_over_best_trivial, ...
+    # (tasks.evaluate_test)
+    test: dict[str, float]
 
 
 def seeded(cfg: PipelineConfig, seed: int) -> PipelineConfig:
@@ -43,9 +47,12 @@ def seeded(cfg: PipelineConfig, seed: int) -> PipelineConfig:
 
 
 def summarize(replicates: list[Replicate]) -> dict[str, Any]:
-    """Per seed its test figures; across seeds the mean and standard error of each, and the
-    mean evaluation (paired) standard error of the gain beside them."""
+    """Per seed its test figures; across seeds the mean and standard error of each (the gain
+    over the best trivial baseline too, where every seed has one), and the mean evaluation
+    (paired) standard error of the gain beside them."""
     figures = ("test/start", "test/final", "test/gain")
+    if all(TRIVIAL in r.test for r in replicates):
+        figures += (TRIVIAL,)
     across = {k: mean_se([r.test[k] for r in replicates]) for k in figures}
     eval_se = float(np.mean([r.test["test/gain_se"] for r in replicates]))
     return {
@@ -58,20 +65,27 @@ def summarize(replicates: list[Replicate]) -> dict[str, Any]:
 
 def format_replicates(summary: dict[str, Any], metric: str) -> str:
     """The table of `summarize`: one row per seed, then the mean ± s.e. across seeds."""
+    mean, se = summary["mean"], summary["se_seeds"]
+    trivial = TRIVIAL in mean  # the final model minus the best trivial baseline, on test
+
+    def over(t: dict[str, float], sign: str = "+") -> str:
+        return f"  {t[TRIVIAL]:>{sign}12.3f}" if trivial else ""
+
     lines = [
         f"test {metric} per training seed (gain: final - start, paired on the test games)",
-        f"{'seed':>6}  {'start':>6}  {'final':>6}  {'gain':>7}  {'eval s.e.':>9}  run",
+        f"{'seed':>6}  {'start':>6}  {'final':>6}  {'gain':>7}  {'eval s.e.':>9}"
+        + ("  over trivial" if trivial else "")
+        + "  run",
     ]
     for seed, t in summary["seeds"].items():
         lines.append(
             f"{seed:>6}  {t['test/start']:>6.3f}  {t['test/final']:>6.3f}  "
-            f"{t['test/gain']:>+7.3f}  {t['test/gain_se']:>9.3f}  {t['run_name']}"
+            f"{t['test/gain']:>+7.3f}  {t['test/gain_se']:>9.3f}{over(t)}  {t['run_name']}"
         )
-    mean, se = summary["mean"], summary["se_seeds"]
     lines += [
         f"{'mean':>6}  {mean['test/start']:>6.3f}  {mean['test/final']:>6.3f}  "
-        f"{mean['test/gain']:>+7.3f}  {summary['gain_se_eval']:>9.3f}",
+        f"{mean['test/gain']:>+7.3f}  {summary['gain_se_eval']:>9.3f}{over(mean)}",
         f"{'s.e.':>6}  {se['test/start']:>6.3f}  {se['test/final']:>6.3f}  "
-        f"{se['test/gain']:>7.3f}  (across {len(summary['seeds'])} seeds)",
+        f"{se['test/gain']:>7.3f}  {'':>9}{over(se, '')}  (across {len(summary['seeds'])} seeds)",
     ]
     return "\n".join(lines)
