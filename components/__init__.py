@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 from kfp import dsl
 
-from . import evaluate, game_init, model, register, rollout, run, shards, train
+from . import evaluate, game_init, model, population, register, rollout, run, shards, train
 
 
 class Components(NamedTuple):
@@ -28,6 +28,10 @@ class Components(NamedTuple):
     evaluate_test: object
     register: object
     finish: object
+    population_rollout: object
+    population_train: object
+    population_evaluate: object
+    population_register: object
 
 
 def make_components(k8s) -> Components:
@@ -55,4 +59,8 @@ def make_components(k8s) -> Components:
         evaluate_test=on(evaluate.evaluate_test, k8s.eval_gpus),
         register=on(register.register),
         finish=on(run.finish),
+        population_rollout=on(population.population_rollout, k8s.rollout_gpus),
+        population_train=on(population.population_train, k8s.train_gpus),
+        population_evaluate=on(population.population_evaluate, k8s.eval_gpus),
+        population_register=on(population.population_register),
     )

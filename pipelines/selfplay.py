@@ -20,7 +20,11 @@ smallest k, whose stored checkpoint it loads. With
 `train_backend: verl` an iteration is verl-train → evaluate → register instead: one task on
 `verl.n_gpus_per_node` GPUs plays and trains inside verl (sparring.loop.verl_task). With
 `rollout.shards: N` each rollout is N shard tasks in a `ParallelFor` (one slice of the initial
-states each, `kubernetes.rollout_gpus` apiece) and a merge task (sparring.loop.shards).
+states each, `kubernetes.rollout_gpus` apiece) and a merge task (sparring.loop.shards). With
+`population: {size: K}` an iteration is one rollout that seats and rates the K members, a
+`ParallelFor` over the members (train → evaluate each) and one register task for all, the
+best rated first (sparring.loop.population); each rollout gets the previous one's population
+state and trained members, and the lead's checkpoint is the iteration's model.
 Every iteration grows the IR and the Argo Workflow made of it (docs/results.md#compiled-ir-size):
 `sparring.pipelines.workflow_size` caps iterations per run, `pipelines.driver` runs campaigns.
 """
@@ -134,8 +138,12 @@ class _Graph:
         self.run_name = self.parent = self.inits = None  # `start`'s and game-init's outputs
         self.games = None  # the run parameter games_per_iteration (the plan's is compile-time)
 
-    def task(self, component, name: str, gpus: int = 0, **kwargs) -> dsl.PipelineTask:
-        made = _every_task(component(**kwargs), component.name, self.cfg)
+    def task(
+        self, component, name: str, gpus: int = 0, step: str | None = None, **kwargs
+    ) -> dsl.PipelineTask:
+        """A task of `component`, with the settings of `step` (default: the component's name;
+        a population's components take those of the single learner's steps)."""
+        made = _every_task(component(**kwargs), step or component.name, self.cfg)
         return _accelerated(made, gpus, self.cfg.kubernetes).set_display_name(name)
 
     def rollout(self, step: IterationPlan, model, schedule: dict) -> dsl.PipelineTask:
@@ -197,15 +205,54 @@ class _Graph:
     def register(self, step: IterationPlan, trained, samples, rollout_metrics, tr, ev):
         """Store and register the iteration's checkpoint, with all its metrics; the model's
         requirements are those of the image that trained it ($SPARRING_TRAINER_IMAGE)."""
-        k8s = self.cfg.kubernetes
-        trainer = k8s.gpu_image if self.cfg.train_backend == "verl" or k8s.train_gpus else k8s.image
         return self.task(
             self.c.register, f"register-{step.iteration}", config=self.config, model=trained,
             iteration=step.iteration, run_name=self.run_name, parent_run_id=self.parent,
             samples=samples, evaluation=ev.outputs["evaluation"],
             rollout_metrics=rollout_metrics, train_metrics=tr.outputs["metrics"],
             eval_metrics=ev.outputs["metrics"], kfp_run_id=self.job_id,
-        ).set_env_variable(TRAINER_IMAGE_ENV, trainer)  # fmt: skip
+        ).set_env_variable(TRAINER_IMAGE_ENV, self._trainer_image())  # fmt: skip
+
+    def population(self, step: IterationPlan, reference, carried: dict):
+        """A population's iteration (sparring.loop.population): the rollout seats and rates
+        the members; per member (a ParallelFor over the names: K is known at compile time)
+        its update and evaluation; then one register task for all, since the order (the
+        best rated first, as the in-process loop registers) is known only at run time.
+        `carried` is the previous iteration's members and population state ({} in the first).
+        Returns (the register task, the next iteration's `carried`)."""
+        i, k8s, c = step.iteration, self.cfg.kubernetes, self.c
+        ro = self.task(
+            c.population_rollout, f"rollout-{i}", k8s.rollout_gpus, "rollout",
+            **self._play(step, reference), run_name=self.run_name, **carried,
+        )  # fmt: skip
+        samples, starts = ro.outputs["samples"], ro.outputs["starts"]
+        at = {"config": self.config, "iteration": i, "run_name": self.run_name}
+        with dsl.ParallelFor(self.cfg.population.members, name=f"members-{i}") as member:
+            tr = self.task(
+                c.population_train, f"train-{i}-member", k8s.train_gpus, "train", member=member,
+                starts=starts, reference=reference, samples=samples, **at,
+            )  # fmt: skip
+            ev = self.task(
+                c.population_evaluate, f"evaluate-{i}-member", k8s.eval_gpus, "evaluate",
+                member=member, model=tr.outputs["trained"], starts=starts, inits=self.inits,
+                **at,
+            )  # fmt: skip
+        rg = self.task(  # a Collected per consumer: the compiler fails on one consumed twice
+            c.population_register, f"register-{i}", step="register", samples=samples,
+            state=ro.outputs["state"], rollout_metrics=ro.outputs["metrics"],
+            models=dsl.Collected(tr.outputs["trained"]),
+            train_metrics=dsl.Collected(tr.outputs["metrics"]),
+            evaluations=dsl.Collected(ev.outputs["evaluation"]),
+            eval_metrics=dsl.Collected(ev.outputs["metrics"]), parent_run_id=self.parent,
+            kfp_run_id=self.job_id, **at,
+        ).set_env_variable(TRAINER_IMAGE_ENV, self._trainer_image())  # fmt: skip
+        members = dsl.Collected(tr.outputs["trained"])
+        return rg, {"members": members, "previous_state": ro.outputs["state"]}
+
+    def _trainer_image(self) -> str:
+        """The image that trains the models: what a registered model's requirements name."""
+        k8s = self.cfg.kubernetes
+        return k8s.gpu_image if self.cfg.train_backend == "verl" or k8s.train_gpus else k8s.image
 
     def _play(self, step: IterationPlan, model) -> dict:
         return {"config": self.config, "model": model, "inits": self.inits,
@@ -217,10 +264,6 @@ def build_pipeline(cfg: PipelineConfig):
     the iterations of `sparring.loop.runner.plan(cfg)`, unrolled, each stage one task."""
     if cfg.sft_control:
         raise ValueError("sft_control is a bench's control arm: run it in-process (run_loop)")
-    if cfg.population:
-        raise ValueError(
-            "population is not in the KFP graph yet: run it in-process (sparring run, run_loop)"
-        )
     p = run_params.values(cfg)
     compiled = run_params.compile_time(cfg)
 
@@ -282,8 +325,14 @@ def _iterations(g: _Graph, start: dsl.PipelineTask) -> None:
     if cfg.evaluate_start:
         g.evaluate(cfg.first_iteration - 1, model)
     reference, registers, schedule, optimizer = model, {}, {}, None
-    step = None
+    step, carried = None, {}  # carried: a population's members and state
     for step in plan(cfg):
+        if cfg.population:  # K members: the lead's checkpoint is the iteration's model
+            rg, carried = g.population(step, reference, carried)
+            if step.iteration - 1 in registers:
+                rg.after(registers[step.iteration - 1])  # champion decisions in iteration order
+            model, registers[step.iteration] = rg.outputs["lead"], rg
+            continue
         if cfg.train_backend == "verl":
             tr = g.verl(step, model)
             samples, rollout_metrics = tr.outputs["data"], tr.outputs["metrics"]

@@ -20,6 +20,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 LONGEST_FIRST = (
     "tests/pipeline/test_kfp_backend.py",  # 8, with test_pipeline_e2e.py (TOGETHER)
     "tests/test_bench_smoke.py",  # 5
+    "tests/pipeline/test_population_graph.py",  # 5 with another job's load (16 kfp.local tasks)
     "tests/verl_backend/test_verl_task.py",  # 2
     "tests/test_registry.py",  # 2
     "tests/pipeline/test_tasks.py",  # 2

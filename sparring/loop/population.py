@@ -6,6 +6,11 @@ K checkpoints, one per member, played together, each trained on its own seats.
                      parent, previous)
     members = step.members                                     # the next iteration's
 
+`iteration` is the in-process loop's (sparring.loop.runner); the KFP graph calls its stages as
+tasks (components/population.py): `rollout`, then per member `train_member` and
+`tasks.evaluate`, then `register` with `ranking` and `iteration_metrics`, so both play the
+same games and reach the same ratings.
+
 Steps (the numbers repeat in the body):
   1. rollout: the population state the previous rollout left (its `population.json`, passed
      as `previous` or read from storage: `league.carried`), at a replacement iteration the
@@ -31,6 +36,7 @@ member still shares the start model. Metrics: `population/<member>/{rating,mu,si
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from pathlib import Path
@@ -39,7 +45,7 @@ from typing import NamedTuple
 import numpy as np
 
 from sparring import storage
-from sparring.loop import league, steps, tasks
+from sparring.loop import checkpoints, league, steps, tasks
 from sparring.loop.config import PipelineConfig
 from sparring.loop.io import log, run_uri, upload
 from sparring.loop.plan import IterationPlan
@@ -85,11 +91,17 @@ def member_uri(cfg: PipelineConfig, run_name: str, iteration: int, member: str) 
 
 
 def start_members(
-    cfg: PipelineConfig, run_name: str, iteration: int, model_dir: str, tmp: str | Path
+    cfg: PipelineConfig,
+    run_name: str,
+    iteration: int,
+    model_dir: str,
+    tmp: str | Path,
+    download: bool = True,
 ) -> dict[str, str]:
     """The members' checkpoints rollout `iteration` starts from: those iteration - 1 of this
-    run registered, downloaded into `tmp`, when the run stored a population state there (a
-    resumed campaign block); else `model_dir` for every member."""
+    run registered, downloaded into `tmp` (without `download`, referenced there instead, as a
+    KFP task's checkpoint artifacts: sparring.loop.checkpoints), when the run stored a
+    population state there (a resumed campaign block); else `model_dir` for every member."""
     assert cfg.population is not None
     names = cfg.population.members
     if not league.carried(cfg, run_name, iteration, None, STATE_FILE):
@@ -98,12 +110,17 @@ def start_members(
     from sparring.tracking import connect
 
     client = connect(cfg.tracking) if cfg.tracking.enabled else None
-    members = {}
+    config, members = cfg.storage.client_config(), {}
     for m in names:
         uri = member_uri(cfg, run_name, iteration - 1, m)
         if client is not None:
             uri = stored_checkpoint(cfg.registered_model, run_name, iteration - 1, client, m)
-        members[m] = str(storage.download_dir(uri, Path(tmp) / m, cfg.storage.client_config()))
+        folder = Path(tmp) / m
+        if download:
+            storage.download_dir(uri, folder, config)
+        else:
+            checkpoints.write(folder, uri, storage.verify(uri, config))
+        members[m] = str(folder)
         log(f"iteration {iteration}: {m} resumes from {uri}")
     return members
 
@@ -119,7 +136,9 @@ def rollout(
     previous: str | Path | None = None,
 ) -> tuple[dict[str, float], dict[str, str]]:
     """1. Play the iteration's games with the population seated, rate the members, save the
-    state; returns (metrics, member -> the checkpoint it played and now trains from)."""
+    state; returns (metrics, member -> the checkpoint it played and now trains from). A
+    member's checkpoint is a HF folder or a KFP checkpoint artifact (downloaded while it
+    plays: sparring.loop.checkpoints.local); the returned ones are among `members`' values."""
     assert cfg.population is not None
     population = load(cfg, run_name, iteration, previous)
     sources = population.replace(iteration)
@@ -129,10 +148,16 @@ def rollout(
     states, rcfg = tasks.iteration_plan(cfg, train_inits, iteration, games)
     names = cfg.population.members
     plan = plan_seats(len(states), cfg.game.cls.roles, cfg.population, seed=iteration)
-    policies = build_policies(
-        cfg.game, None, names, cfg.device, rcfg.max_batch_size, extra_models=starts
-    )
-    played = steps.self_play(states, policies, rcfg, out_dir, plan, learners=names)
+    with contextlib.ExitStack() as stack:  # each distinct checkpoint once, K at most
+        local = {
+            c: stack.enter_context(checkpoints.local(c, cfg))
+            for c in dict.fromkeys(starts.values())
+        }
+        policies = build_policies(
+            cfg.game, None, names, cfg.device, rcfg.max_batch_size,
+            extra_models={m: local[c] for m, c in starts.items()},
+        )  # fmt: skip
+        played = steps.self_play(states, policies, rcfg, out_dir, plan, learners=names)
     episodes = played.result.episodes
     rated = population.update(iteration, episodes)
     stats = played.metrics | population.metrics()
@@ -153,38 +178,78 @@ def rollout(
     return stats, starts
 
 
-def train(
+def train_member(
     cfg: PipelineConfig,
-    starts: dict[str, str],
+    member: str,
+    start: str,
     samples: str | Path,
     out_dir: str | Path,
-    reference: str,
+    reference: str | None,
     iteration: int,
-) -> tuple[dict[str, float], dict[str, str]]:
-    """2. One GRPO update per member on the rows it played, into `out_dir/<member>`; returns
-    (each metric as the mean over the members, seconds summed, and each member's under
-    `population/<member>/`; member -> trained checkpoint)."""
+) -> dict[str, float]:
+    """2. One member's GRPO update from `start` on the rows it played (`train.policy` = the
+    member) into `out_dir`; a member seated nowhere keeps its start (copied). Its train/* and
+    perf/* metrics."""
     import pandas as pd
 
-    played = pd.read_parquet(samples, columns=["policy"]).policy.value_counts()
-    metrics: dict[str, float] = {}
-    per_member: list[dict[str, float]] = []
-    trained = {}
-    for m, start in starts.items():
-        out = Path(out_dir) / m
-        if not played.get(m, 0):  # never seated: nothing to learn from
-            shutil.copytree(start, out, dirs_exist_ok=True)
-            own = {"train/no_signal": 1.0, "perf/train_seconds": 0.0}
-        else:
-            mcfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"policy": m})})
-            own = tasks.train(mcfg, start, str(samples), out, reference, None, iteration)
-        per_member.append(own)
+    played = pd.read_parquet(samples, columns=["policy"]).policy
+    if not (played == member).any():  # never seated: nothing to learn from
+        shutil.copytree(start, out_dir, dirs_exist_ok=True)
+        return {"train/no_signal": 1.0, "perf/train_seconds": 0.0}
+    mcfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"policy": member})})
+    return tasks.train(mcfg, start, str(samples), out_dir, reference, None, iteration)
+
+
+def ranking(state: str | Path) -> list[str]:
+    """The members strongest first, by the ratings a rollout saved (its `population.json`):
+    the first is the iteration's lead."""
+    return Population.from_dict(json.loads(Path(state).read_text())).ranking()
+
+
+def iteration_metrics(
+    rollout: dict[str, float],
+    trained: dict[str, dict[str, float]],
+    evals: dict[str, dict[str, float]],
+    lead: str,
+) -> dict[str, float]:
+    """The iteration's metrics from the rollout's, each member's train/* and eval/*: those
+    under `population/<member>/`, each train metric as the mean over the members (seconds
+    summed), and the lead's eval/* as the iteration's."""
+    metrics = dict(rollout)
+    for m, own in trained.items():
         metrics |= prefixed(metric_name(POPULATION, m), own)
-        trained[m] = str(out)
-    for key in sorted({k for own in per_member for k in own}):
-        values = [own[key] for own in per_member if key in own]
+    for key in sorted({k for own in trained.values() for k in own}):
+        values = [own[key] for own in trained.values() if key in own]
         metrics[key] = float(np.sum(values) if key.endswith("_seconds") else np.mean(values))
-    return metrics, trained
+    for m, own in evals.items():
+        metrics |= prefixed(metric_name(POPULATION, m), own)
+    return metrics | evals[lead]
+
+
+def register(
+    cfg: PipelineConfig,
+    parent: str,
+    run_name: str,
+    iteration: int,
+    trained: dict[str, str],
+    metrics: dict[str, float],
+    evals: dict[str, dict[str, float]],
+    scores: dict[str, dict[str, float]],
+    ranked: list[str],
+    artifacts: list[str | Path] = (),  # type: ignore[assignment]
+    kfp_run_id: str | None = None,
+) -> dict[str, tasks.Registered]:
+    """4. Register every member in `ranked` order, under its own alias: the lead first, with
+    the iteration's `metrics` (and `artifacts`) and on the parent run's curve, then the others
+    with their own eval/*."""
+    lead, registered = ranked[0], {}
+    for m in ranked:
+        registered[m] = tasks.register(
+            cfg, parent, run_name, iteration, trained[m], metrics if m == lead else evals[m],
+            artifacts if m == lead else [], kfp_run_id, scores=scores[m], member=m,
+            curve=m == lead,
+        )  # fmt: skip
+    return registered
 
 
 def iteration(
@@ -200,15 +265,16 @@ def iteration(
     previous: str | Path | None = None,
 ) -> PopulationStep:
     """Steps 1-4 of one iteration (see the module docstring); files under `out`."""
-    i = step.iteration
+    i, state = step.iteration, out / "rollout" / STATE_FILE
     # 1. rollout
-    metrics, starts = rollout(
+    stats, starts = rollout(
         cfg, members, train_inits, i, step.games, out / "rollout", run_name, previous
     )
-    # 2. train
-    samples = out / "rollout" / "samples.parquet"
-    trained_metrics, trained = train(cfg, starts, samples, out / "trained", reference, i)
-    metrics |= trained_metrics
+    # 2. train, one member after another
+    samples, trained, train_stats = out / "rollout" / "samples.parquet", {}, {}
+    for m, start in starts.items():
+        trained[m] = str(out / "trained" / m)
+        train_stats[m] = train_member(cfg, m, start, samples, trained[m], reference, i)
     # 3. evaluate
     evals, scores = {}, {}
     for m, model in trained.items():
@@ -217,15 +283,9 @@ def iteration(
             cfg, model, starts[m], val_inits, eval_dir, run_name, i, member=m
         )
         scores[m] = tasks.load_scores(eval_dir)
-        metrics |= prefixed(metric_name(POPULATION, m), evals[m])
-    rated = Population.from_dict(json.loads((out / "rollout" / STATE_FILE).read_text()))
-    lead, *rest = rated.ranking()
-    metrics |= evals[lead]
     # 4. register, the lead first (with the iteration's metrics), then the others
-    registered = {}
-    for m in [lead, *rest]:
-        registered[m] = tasks.register(
-            cfg, parent, run_name, i, trained[m], metrics if m == lead else evals[m],
-            scores=scores[m], member=m, curve=m == lead,
-        )  # fmt: skip
+    ranked = ranking(state)
+    lead = ranked[0]
+    metrics = iteration_metrics(stats, train_stats, evals, lead)
+    registered = register(cfg, parent, run_name, i, trained, metrics, evals, scores, ranked)
     return PopulationStep(Path(trained[lead]), metrics, registered[lead], scores[lead], trained)

@@ -134,10 +134,3 @@ def test_each_member_is_registered_under_its_own_alias(tiny_model_dir, tmp_path)
     for m, version in (("member-0", 1), ("member-1", 2)):
         assert client.get_model_version_by_alias(cfg.registered_model, m).version == version
     assert done[1].checkpoint_uri.endswith("/c/0/members/member-1/checkpoint")
-
-
-def test_the_kfp_graph_refuses_a_population_it_does_not_carry(tiny_model_dir, tmp_path):
-    from sparring.pipelines.selfplay import build_pipeline
-
-    with pytest.raises(ValueError, match="population is not in the KFP graph yet"):
-        build_pipeline(tiny_config(tiny_model_dir, tmp_path))
