@@ -8,6 +8,12 @@ freed gaps stay resident. A SmolLM2 GRPO step with LoRA r=16 peaked at 10.6 GiB 
 6.6 GiB with the threshold fixed at 1 MiB, in the same time (docs/results.md, "Peak RSS of a
 SmolLM2 GRPO step on CPU"). `bound()` fixes it at 1 MiB, as `MALLOC_MMAP_THRESHOLD_=1048576`
 would: blocks above it are mapped on their own and returned to the system when freed.
+
+Each mapped block costs page faults when it is touched, so a small model pays without gaining:
+the tiny model's SFT took 14.5-16.8 s bounded against 11.1 s (system time 8.8-9.9 s against
+1.5 s), which made `make run` 16:35 instead of 9:35 (docs/results.md). `bound_for` bounds the
+heap only for a model of `MIN_PARAMS` parameters or more; the engine and the trainer call it on
+CPU once their model is loaded.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ M_MMAP_THRESHOLD = -3
 """mallopt's parameter number (malloc.h)."""
 THRESHOLD = 1 << 20
 """Blocks above 1 MiB get their own mapping (64 KiB measured the same peak; 4 MiB 7% more)."""
+MIN_PARAMS = 50_000_000
+"""Smaller models stay at a few GB unbounded (`make run`'s tiny model: 3.8 GB peak)."""
 
 
 @functools.cache
@@ -32,3 +40,9 @@ def bound(threshold: int = THRESHOLD) -> bool:
         return False
     libc = ctypes.CDLL(ctypes.util.find_library("c"))
     return bool(libc.mallopt(M_MMAP_THRESHOLD, threshold))
+
+
+def bound_for(num_params: int) -> bool:
+    """`bound()` for a model of `num_params` parameters on CPU, if it is large enough for the
+    heap's growth to matter (`MIN_PARAMS`); False otherwise (or as `bound`)."""
+    return num_params >= MIN_PARAMS and bound()

@@ -24,6 +24,8 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM
 
+from sparring import heap
+
 
 def param_dtype(cfg: Any) -> torch.dtype:
     """The weights' dtype for `cfg.param_dtype` (float32 without one)."""
@@ -38,6 +40,8 @@ def load_policy(path: str | Path, device: torch.device, cfg: Any = None, trainab
     sampling policy's), with `cfg`'s dtype, gradient checkpointing and LoRA applied."""
     dtype = param_dtype(cfg)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
+    if device.type == "cpu":
+        heap.bound_for(sum(p.numel() for p in model.parameters()))  # before the activations
     model.requires_grad_(trainable)
     if not trainable:
         return model

@@ -52,3 +52,31 @@ def test_a_threshold_the_user_set_stands(monkeypatch):
         assert heap.bound() is False
     finally:
         heap.bound.cache_clear()
+
+
+# The engine and the trainer, each on CPU with the tiny model: bounded only when the model
+# reaches heap.MIN_PARAMS (lowered below the tiny model's size in the second run).
+WIRING = """
+import sys, torch
+from sparring import heap
+from sparring.generation.hf import HFBackend
+from sparring.policy_model import load_policy
+if sys.argv[2] == "low":
+    heap.MIN_PARAMS = 1
+HFBackend(sys.argv[1], device="cpu")
+engine = heap.bound.cache_info().currsize
+heap.bound.cache_clear()
+load_policy(sys.argv[1], torch.device("cpu"))
+print(engine, heap.bound.cache_info().currsize)
+"""
+
+
+@pytest.mark.parametrize(("floor", "bounded"), [("default", "0 0"), ("low", "1 1")])
+def test_the_engine_and_the_trainer_bound_the_heap_only_for_a_large_model(
+    tiny_model_dir, floor, bounded
+):
+    out = subprocess.run(
+        [sys.executable, "-c", WIRING, str(tiny_model_dir), floor],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert out.stdout.split()[-2:] == bounded.split()

@@ -42,6 +42,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, Stat
 from transformers.cache_utils import Cache
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
+from sparring import heap
 from sparring.device import pick_device
 from sparring.generation import attention, int8_linear, packed_linear
 from sparring.generation.base import Completion, GenerationBackend, SamplingParams, row_seeds
@@ -76,6 +77,8 @@ class HFBackend(GenerationBackend):
         )
         self.model.to(self.device).eval()
         self.num_params = sum(p.numel() for p in self.model.parameters())
+        if self.device.type == "cpu":
+            heap.bound_for(self.num_params)  # before the caches and activations
         if quantize == "int8":
             if self.device.type != "cpu":
                 raise ValueError("quantize: int8 is for the CPU engine (fbgemm); on a GPU use bf16")
