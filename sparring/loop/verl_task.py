@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
@@ -110,6 +110,7 @@ def train_verl(
     run_name: str | None = None,
     python: str = sys.executable,
     client: object = None,
+    overrides: Sequence[str] = (),
 ) -> dict[str, float]:
     """One iteration on verl (train_backend: verl): build the dataset rows and the agent-loop
     config (`verl_launch`), run verl's main_ppo in a subprocess, merge the latest FSDP actor
@@ -121,9 +122,10 @@ def train_verl(
     `<root>/<run>/<iteration>/verl` when `run_name` is given; the FSDP checkpoints live in a
     temporary folder that is removed afterwards. With `verl.nnodes` > 1 main_ppo runs as a
     KubeRay RayJob instead (`_train_on_rayjob`; `client`: a kubernetes ApiClient, None = the
-    pod's ServiceAccount) and the checkpoints go through the shared volume. Tested on CPU up to
-    the point where verl needs a GPU, and the RayJob against a fake API server; the GPU run
-    itself has not been executed.
+    pod's ServiceAccount) and the checkpoints go through the shared volume. `overrides`: more
+    Hydra overrides of main_ppo (keys of verl's ppo_trainer.yaml), after Sparring's own.
+    Tested on CPU up to the point where verl needs a GPU, and the RayJob against a fake API
+    server; the GPU run itself has not been executed.
     """
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
@@ -142,12 +144,13 @@ def train_verl(
                 scratch,
                 run_name,
                 client,
+                overrides,
             )
         else:
             cmd = verl_launch(
                 cfg, model_dir, train_inits, val_inits, iteration, games, work, scratch, python
             )
-            _run_logged(cmd, work / "verl.log", "verl.trainer.main_ppo", work, env)
+            _run_logged([*cmd, *overrides], work / "verl.log", "verl.trainer.main_ppo", work, env)
         seconds = time.perf_counter() - t0
         merge = merge_command(Path(scratch) / "ckpt", out_dir, python)
         _run_logged(merge, work / "merge.log", "verl.model_merger", work, env)
@@ -194,6 +197,7 @@ def _train_on_rayjob(
     stage: Path,
     run_name: str | None,
     client: object = None,
+    overrides: Sequence[str] = (),
 ) -> None:
     """verl.nnodes > 1: stage the model and verl's inputs on the shared volume, run main_ppo as
     a KubeRay RayJob (sparring.verl_backend.rayjob) with its log in `work/verl.log`, and copy
@@ -203,6 +207,7 @@ def _train_on_rayjob(
 
     model = shutil.copytree(model_dir, stage / "model")
     cmd = verl_launch(cfg, str(model), *inits, iteration, games, stage, stage, "python")
+    cmd += overrides
     env = {"VERL_FILE_LOGGER_PATH": str(stage / "metrics.jsonl"), "HYDRA_FULL_ERROR": "1"}
     r = cfg.verl.rayjob
     manifest = rayjob.rayjob_manifest(

@@ -16,6 +16,13 @@ def registered(cfg: PipelineConfig) -> list:
 
 
 # ---- train_backend: verl (CPU: up to the launch; no GPU here) -----------------------------
+# main_ppo's Ray cluster on a small machine: one TransferQueue storage actor, no dashboard.
+SMALL_RAY = (
+    "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+    "+ray_kwargs.ray_init.include_dashboard=False",
+)
+
+
 def verl_cfg(tmp_path) -> PipelineConfig:
     return PipelineConfig.model_validate(
         {
@@ -98,7 +105,9 @@ def test_main_ppo_gets_to_the_gpu_check_and_the_task_fails_with_its_last_lines(
     starts, the tokenizer and both datasets load (8 train rows, 4 val rows), and verl stops
     where it needs a GPU: its resource check. The task raises VerlLaunchError with verl's last
     lines, and nothing is merged, uploaded or registered. `verl.ray_num_cpus` gives Ray 16
-    logical CPUs: on 2 cores TransferQueue's storage actors would wait forever for one."""
+    logical CPUs: on 2 cores TransferQueue's storage actors would wait forever for one. Sized
+    for 2 cores (`overrides`): one storage actor instead of verl's 8 (each a Ray worker that
+    imports torch: 40 s of the run) and no Ray dashboard."""
     import sys
 
     cfg = verl_cfg(tmp_path)
@@ -116,6 +125,7 @@ def test_main_ppo_gets_to_the_gpu_check_and_the_task_fails_with_its_last_lines(
             tmp_path / "work",
             run_name="r",
             python=sys.executable,
+            overrides=SMALL_RAY,
         )
     log = (tmp_path / "work/verl.log").read_text()
     config = log.find("'agent_loop_config_path': '" + str(tmp_path / "work/agent_loops.yaml"))
@@ -129,6 +139,7 @@ def test_main_ppo_gets_to_the_gpu_check_and_the_task_fails_with_its_last_lines(
     ]
     gpu_check = "ValueError: Total available GPUs 0 is less than total desired GPUs 1"
     assert -1 < log.find("TaskRunnerV1") < config < min(datasets)  # configured, then imported
+    assert "'num_data_storage_units': 1," in log  # the overrides reached verl's config
     assert -1 not in datasets and max(datasets) < log.find(gpu_check)  # loaded, then the GPU
     message = str(err.value)
     assert "verl.trainer.main_ppo exited with code" in message
