@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -60,6 +61,15 @@ if crash:  # a pod killed right after `module:function` returns (injected fault)
         os._exit(137)
     setattr(module, name, crashing)
 """
+
+
+Start = Callable[[list[str], dict[str, str]], tuple[int, str]]
+
+
+def run_command(command: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """A pod's command in a fresh process: its exit code and its output."""
+    proc = subprocess.run(command, env=env, capture_output=True, text=True)
+    return proc.returncode, proc.stdout + proc.stderr
 
 
 class Attempt(NamedTuple):
@@ -135,13 +145,22 @@ class Backend:
     """Runs the pipeline compiled at `ir_path`; see the module docstring."""
 
     def __init__(
-        self, ir_path: Path, root: str, workdir: Path, env: dict[str, str], s3: StorageConfig
+        self,
+        ir_path: Path,
+        root: str,
+        workdir: Path,
+        env: dict[str, str],
+        s3: StorageConfig,
+        start: Start = run_command,
     ) -> None:
         """`env`: what the pods get besides the IR's own env (the Secret's keys, the MLflow
-        plugin's MLFLOW_TRACKING_URI); `s3`: how the launcher reaches the pipeline root."""
+        plugin's MLFLOW_TRACKING_URI); `s3`: how the launcher reaches the pipeline root;
+        `start`: how a pod's command runs (a fresh process, or tests/pipeline/zygote.py's
+        fork)."""
         self.spec, platform = yaml.safe_load_all(Path(ir_path).read_text())
         self.k8s = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
         self.root, self.workdir, self.env = root.rstrip("/"), Path(workdir), env
+        self.start = start
         self.s3 = s3.client()
         site = self.workdir / "site"
         site.mkdir(parents=True, exist_ok=True)
@@ -323,10 +342,9 @@ class Backend:
             "MLFLOW_RUN_ID": self._plugin_run(name),
             **(fault or {}),
         }
-        proc = subprocess.run(command, env=env, capture_output=True, text=True)
-        log = proc.stdout + proc.stderr
-        run = TaskRun(name, proc.returncode, executor_input=executor_input, log=log)
-        if proc.returncode:
+        returncode, log = self.start(command, env)
+        run = TaskRun(name, returncode, executor_input=executor_input, log=log)
+        if returncode:
             return run
         out_file = Path(executor_input["outputs"]["outputFile"])
         output = json.loads(out_file.read_text()) if out_file.exists() else {}

@@ -33,13 +33,13 @@ def s3_config(s3_server) -> storage.StorageConfig:
     )
 
 
-def backend(cfg: PipelineConfig, s3_server, tmp_path: Path) -> Backend:
+def backend(cfg: PipelineConfig, s3_server, tmp_path: Path, zygote) -> Backend:
     tmp_path.mkdir(parents=True, exist_ok=True)
     ir = Path(compile_pipeline(cfg, str(tmp_path / "pipeline.yaml")))
     secret = {k: s3_server.env()[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
     pod_env = secret | {"MLFLOW_TRACKING_URI": cfg.tracking.tracking_uri}
     root = "s3://sparring/kfp-root"
-    return Backend(ir, root, tmp_path / "backend", pod_env, s3_config(s3_server))
+    return Backend(ir, root, tmp_path / "backend", pod_env, s3_config(s3_server), zygote.run)
 
 
 def versions(client, name: str) -> list:
@@ -47,7 +47,7 @@ def versions(client, name: str) -> list:
 
 
 @pytest.fixture(scope="module")
-def backend_run(tiny_run, s3_server, tmp_path_factory):
+def backend_run(tiny_run, s3_server, tmp_path_factory, zygote):
     """The tiny pipeline's kfp.local run (conftest), then a backend run of the same config
     with 2 retries per task, displayed as "nightly" and keyed on its run id (no `run_name`):
     it retries each side-effect task once after it succeeded (iteration 0's for the
@@ -65,7 +65,7 @@ def backend_run(tiny_run, s3_server, tmp_path_factory):
     )
     tmp = tmp_path_factory.mktemp("kfp-backend")
     retry = {"start", "rollout-0", "train-0", "evaluate-0", "register-0", "finish"}
-    a = backend(cfg, s3_server, tmp / "a").run(
+    a = backend(cfg, s3_server, tmp / "a", zygote).run(
         str(uuid.uuid4()), "nightly", retry=retry, fail={"register-1": CRASH}
     )
     return cfg, local_cfg, local, a, retry
@@ -175,10 +175,10 @@ def test_the_mlflow_plugins_task_run_is_not_the_parent(backend_run):
 
 
 def test_a_run_parameter_conflicting_with_the_config_stops_the_run_in_start(
-    tiny_run, s3_server, tmp_path
+    tiny_run, s3_server, tmp_path, zygote
 ):
     cfg = tiny_run.cfg.model_copy(update={"run_name": None})
-    be = backend(cfg, s3_server, tmp_path)
+    be = backend(cfg, s3_server, tmp_path, zygote)
     changed = cfg.model_copy(update={"registered_model": "from-config"}).model_dump_json()
     result = be.run(str(uuid.uuid4()), "conflict", {"config": changed, "registered_model": "x"})
     tasks = _by_name(result)

@@ -121,7 +121,9 @@ def kuhn_population(tmp_path: Path, model: Path) -> PipelineConfig:
 
 
 @pytest.mark.slow
-def test_the_kfp_graph_plays_the_same_population_games_as_the_loop(tiny_model_dir, tmp_path):
+def test_the_kfp_graph_plays_the_same_population_games_as_the_loop(
+    tiny_model_dir, tmp_path, forked_tasks
+):
     cfg = kuhn_population(tmp_path, tiny_model_dir)
     kfp = run_local(cfg, tmp_path / "runs", engine=run_kfp)
     here = cfg.model_copy(

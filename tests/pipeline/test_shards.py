@@ -102,7 +102,9 @@ def s3_env(s3_server, monkeypatch):
 
 
 @pytest.mark.slow
-def test_merged_rollout_equals_a_single_task_rollout(s3_env, tiny_model_dir, tmp_path):
+def test_merged_rollout_equals_a_single_task_rollout(
+    s3_env, tiny_model_dir, tmp_path, forked_tasks
+):
     cfg = sharded_config(tmp_path, 2, model=str(tiny_model_dir))  # 1 + 2 states
     result = run_local(cfg, tmp_path / "runs", engine=run_kfp)
     merged = storage.download_dir(f"{result.storage_root}/0/rollout", tmp_path / "merged")
