@@ -13,9 +13,9 @@ each pair? The product's loop, per arm (a transfer weight) and training seed.
    of each of the game's `transfer_pairs`
 2. per training seed and weight, `sparring.loop.runner.run_loop` from that checkpoint with
    `train.transfer_weight` = the weight (the game's default pairs), files in `--out`, nothing
-   tracked; up to `--jobs` runs at a time (spawned processes), each printed as it ends. A
-   training seed moves the rollout's sampling seed (by 1000) and the GRPO seed; states and
-   evaluation draws are the same for every arm
+   tracked; one by one in this process, or up to `--jobs` at a time in spawned processes,
+   each printed as it ends. A training seed moves the rollout's sampling seed (by 1000) and
+   the GRPO seed; states and evaluation draws are the same for every arm
 3. per run, each country's reward in every final-evaluation game against `eval.opponent`
    (greedy; the learner in that country, the bot in the other six) and its mean centers there
    (`eval/vs_scripted/<COUNTRY>/centers`)
@@ -30,6 +30,7 @@ import argparse
 import json
 import multiprocessing
 import tempfile
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
@@ -67,6 +68,18 @@ def one_run(base: PipelineConfig, out: Path, warm: Path, seed: int, weight: floa
     train = {k: its[-1].metrics.get(f"train/{k}") for k in ("transfer_loss", "transfer_share")}
     eval_dir = out / name / str(its[-1].iteration) / "eval"
     return {"seed": seed, "weight": weight, "countries": per_country(cfg, eval_dir), **train}
+
+
+def all_runs(jobs: int, calls: list[tuple]) -> Iterator[dict]:
+    """`one_run(*call)` for each call, yielded as it ends: one by one in this process with
+    `jobs` 1 (no second start-up), else up to `jobs` at a time in spawned processes (CUDA, if
+    the warm start used it, can't fork)."""
+    if jobs == 1:
+        yield from (one_run(*call) for call in calls)
+        return
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(jobs, mp_context=spawn) as pool:
+        yield from (f.result() for f in as_completed([pool.submit(one_run, *c) for c in calls]))
 
 
 def gains(runs: list[dict], weaker: list[str], weight: float) -> dict[str, dict]:
@@ -109,21 +122,14 @@ def main() -> None:
     print(json.dumps({"start": reward, "weaker": weaker}), flush=True)
     grid = [(s, w) for s in args.seeds for w in args.weights]
     runs = []
-    spawn = multiprocessing.get_context("spawn")  # CUDA, if the warm start used it, can't fork
-    with ProcessPoolExecutor(args.jobs, mp_context=spawn) as pool:
-        for done in as_completed([pool.submit(one_run, base, out, warm, s, w) for s, w in grid]):
-            runs.append(done.result())
-            countries = runs[-1]["countries"].items()
-            brief = {
-                c: [round(float(np.mean(v["rewards"])), 4), v["centers"]] for c, v in countries
-            }
-            print(
-                json.dumps(
-                    {k: v for k, v in runs[-1].items() if k != "countries"}
-                    | {"reward_centers": brief}
-                ),
-                flush=True,
-            )
+    for run in all_runs(args.jobs, [(base, out, warm, s, w) for s, w in grid]):
+        runs.append(run)
+        brief = {
+            c: [round(float(np.mean(v["rewards"])), 4), v["centers"]]
+            for c, v in run["countries"].items()
+        }
+        row = {k: v for k, v in run.items() if k != "countries"}
+        print(json.dumps(row | {"reward_centers": brief}), flush=True)
     runs.sort(key=lambda r: grid.index((r["seed"], r["weight"])))
     # 4. the report: per country and weight, pooled over seeds; the weaker powers' gains
     print(f"{'country':8s} {'weight':>6s} {'reward vs greedy':>18s} {'centers':>8s} per seed")

@@ -59,14 +59,15 @@ def test_a_grpo_step_on_the_tiny_models_diplomacy_samples_logs_the_transfer_loss
 
 def test_transfer_ablation_bench(tiny_model_dir, tmp_path):
     """bench/transfer_ablation.py at smoke size: a shared warm start, one seed of weights 0
-    and 1 through the product loop, each country's final evaluation against greedy, the weaker
-    power of each pair and its gain; RESULT last."""
+    and 1 through the product loop (one self-play game: the seven powers' samples, all three
+    pairs in one GRPO step), each country's final evaluation against greedy, the weaker power
+    of each pair and its gain; RESULT last."""
     from test_bench_smoke import bench_output
 
-    sets = (f"model={tiny_model_dir}", "iterations=1", "game_init.num_train=2")
-    sets += ("game_init.num_val=1", "rollout.games_per_init=2", "games_per_iteration=4")
-    sets += ("warm_start.num_states=1", "warm_start.train.epochs=1", "train.mini_batch_size=14")
-    sets += ("train.micro_batch_size=14", "train.group_key=batch")
+    sets = (f"model={tiny_model_dir}", "iterations=1", "game_init.num_train=1")
+    sets += ("game_init.num_val=1", "rollout.games_per_init=1", "games_per_iteration=1")
+    sets += ("warm_start.num_states=1", "warm_start.train.epochs=1", "train.mini_batch_size=7")
+    sets += ("train.micro_batch_size=7", "train.group_key=batch")
     sets += ("rollout.sampling.max_new_tokens=8", "eval.rollout.sampling.max_new_tokens=8")
     args = [arg for pair in sets for arg in ("--set", pair)]
     lines = bench_output(
