@@ -181,6 +181,12 @@ def main() -> None:
     )
     ap.add_argument("--out", help="folder for rollout.jsonl, the rows as JSON (default: none)")
     ap.add_argument("--quantize", choices=("none", "int8"), default="none", help="hf: linears")
+    ap.add_argument(
+        "--int8-fp32-layers",
+        default="",
+        metavar="NAMES",
+        help="with --quantize int8: layers kept fp32, comma-separated (e.g. down_proj,lm_head)",
+    )
     ap.add_argument("--vs-fp32", action="store_true", help="also the fp32 engine (--quantize)")
     ap.add_argument("--mismatch-rows", type=int, default=16, help="samples scored by --vs-fp32")
     args = ap.parse_args()
@@ -198,7 +204,10 @@ def main() -> None:
         model = resolve_model(model)  # named real models (smollm2-135m-instruct) are fetched
     try:  # e.g. openai without --base-url
         backend_cfg = BackendConfig(
-            name=args.backend, base_url=args.base_url, quantize=args.quantize
+            name=args.backend,
+            base_url=args.base_url,
+            quantize=args.quantize,
+            int8_fp32_layers=[n for n in args.int8_fp32_layers.split(",") if n],
         )
     except ValueError as e:
         ap.error(str(e).splitlines()[1].strip())
@@ -221,6 +230,7 @@ def main() -> None:
         f"{args.backend} on {'cuda' if gpu else 'cpu'}: {model}, {games} games, {game_params}, "
         f"max_new_tokens={max_new_tokens}, temperature {args.temperature}, "
         f"linears {args.quantize}"
+        + (f" except {args.int8_fp32_layers}" if args.int8_fp32_layers else "")
     )
 
     def reset() -> None:  # per-backend counters of generated tokens (and hf forward time)

@@ -26,13 +26,16 @@ class BackendConfig(BaseModel):
     name: Literal["hf", "sglang", "openai"] = "hf"
     """hf = transformers (CPU or GPU), sglang = offline SGLang Engine, openai = remote server."""
     quantize: Literal["none", "int8"] = "none"
-    """hf on CPU: int8 = the linear layers (LM head included) in dynamic int8 for generation
-    (sparring.generation.int8_linear), 1.2x faster on SmolLM2's rollout but a policy apart
-    from fp32's (docs/training.md); training stays fp32, so a recipe then turns on the rollout
+    """hf on CPU: int8 = the linear layers (LM head included) in dynamic int8 for decoding
+    (sparring.generation.int8_linear; prefill stays fp32), a policy apart from fp32's
+    (docs/training.md); training stays fp32, so a recipe then turns on the rollout
     correction (train.rollout_is)."""
     int8_min_rows: int = Field(1, ge=1)
     """hf with quantize: int8: inputs of fewer rows run the fp32 layer (1 = never; measured
     faster in int8 from one row on the 2-core AVX2 machine)."""
+    int8_fp32_layers: list[str] = []
+    """hf with quantize: int8: linear layers (by attribute name, e.g. down_proj, lm_head) kept
+    in fp32: less mismatch, less speed (docs/training.md, "Quantized rollout")."""
     tp_size: int = Field(1, ge=1)
     """sglang: tensor-parallel GPUs per engine."""
     mem_fraction: float = Field(0.85, gt=0.0, lt=1.0)
@@ -62,6 +65,8 @@ class BackendConfig(BaseModel):
                 f"rollout.backend.quantize={self.quantize!r} is the hf engine's (CPU); "
                 f"{self.name} quantizes through its own server settings"
             )
+        if self.int8_fp32_layers and self.quantize != "int8":
+            raise ValueError("rollout.backend.int8_fp32_layers is for quantize: int8")
         if self.name != "openai" and self.base_url:
             raise ValueError(
                 f"rollout.backend.base_url is set but backend is {self.name!r}; "
@@ -83,6 +88,7 @@ def make_backend(
             max_batch_size=max_batch_size,
             quantize=cfg.quantize,
             int8_min_rows=cfg.int8_min_rows,
+            int8_fp32_layers=tuple(cfg.int8_fp32_layers),
         )
     if cfg.name == "sglang":
         from sparring.generation.sglang import SGLangBackend

@@ -22,8 +22,9 @@ On CPU the model attends with `attention.sdpa_gqa`: grouped-query attention that
 key/value heads instead of copying them per query head (transformers copies them whenever a
 mask is passed, and these batches always have one). Its linear layers multiply by weights
 packed once for oneDNN (`packed_linear`), not re-packed by every GEMM call; with
-`quantize="int8"` they run in dynamic int8 instead (`int8_linear`: a quarter of the weight
-bytes, fp32 below `int8_min_rows` rows), a policy slightly apart from the fp32 trainer's.
+`quantize="int8"` decode steps run them in dynamic int8 instead (`int8_linear`: a quarter of
+the weight bytes, fp32 below `int8_min_rows` rows; prefill stays fp32, see `int8_linear`), a
+policy slightly apart from the fp32 trainer's.
 
 Prefill is compute-bound and gains nothing from huge batches; decoding is where batching
 pays. Sampling applies transformers' temperature / top-p logits warpers, then draws by
@@ -66,6 +67,7 @@ class HFBackend(GenerationBackend):
         min_shared_prefix: int = 32,
         quantize: str = "none",
         int8_min_rows: int = 1,
+        int8_fp32_layers: tuple[str, ...] = (),
     ) -> None:
         self.device = pick_device(device)
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -82,9 +84,9 @@ class HFBackend(GenerationBackend):
         if quantize == "int8":
             if self.device.type != "cpu":
                 raise ValueError("quantize: int8 is for the CPU engine (fbgemm); on a GPU use bf16")
-            int8_linear.quantize_linears(self.model, int8_min_rows)
-        elif self.device.type == "cpu":  # weights packed once, not per call (packed_linear)
-            packed_linear.pack_linears(self.model)
+            int8_linear.quantize_linears(self.model, int8_min_rows, int8_fp32_layers)
+        if self.device.type == "cpu":  # weights packed once, not per call (packed_linear)
+            packed_linear.pack_linears(self.model)  # those left fp32
         self.max_batch_size = max_batch_size
         self.token_bytes = _kv_bytes_per_token(self.model)
         self.key_cost = _key_cost(self.model, self.num_params)
@@ -155,7 +157,8 @@ class HFBackend(GenerationBackend):
     ) -> list[Completion]:
         b, dev = len(prompts), self.device
         cached = [self._lookup(s, p) for s, p in zip(sessions or [None] * b, prompts, strict=True)]
-        logits, kvs = self._prefill(prompts, cached)  # (B, V), each row's KV over its prompt
+        with int8_linear.full_precision():  # int8 only decodes (see int8_linear)
+            logits, kvs = self._prefill(prompts, cached)  # (B, V), each row's KV over its prompt
         lens = [len(p) for p in prompts]
         lmax = max(lens)
         cache = self._batch_cache(kvs, lens, lmax, params.max_new_tokens)

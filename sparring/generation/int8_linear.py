@@ -8,10 +8,16 @@ layers, LM head included, ran 1.6-2.3x faster in int8 than the packed fp32 ones
 (`packed_linear`) at 1 to 64 rows and 1.2-1.6x at 256-4,096 rows (docs/results.md); the whole
 engine gains less, its attention, norms and sampling staying fp32.
 
-`Int8Linear` falls back to the fp32 layer for inputs of fewer than `min_rows` rows, where a
-machine's int8 kernel is slower (an idle-machine probe found one row slower in int8; the
-measurement above did not, hence the default 1: never). The fallback keeps a packed fp32 copy
-of the weight beside the int8 one.
+Only decode steps run in int8: inside `full_precision()` (the engine's prefill) every layer
+runs its packed fp32 copy. The int8 activations are quantized with one scale per tensor, and
+SmolLM2's first token carries activations hundreds of times the others' (an attention sink):
+in a prefill forward, which holds that token, they set the scale of every row, and the
+quantized model came apart (per-token KL to the fp32 model 2.16 over a matching reply, 1.59 of
+it from `down_proj` alone; "The capital of France is" went on " located", not " Paris").
+Prefilling in fp32 and decoding in int8 gave a KL of 0.05 on the same tokens. `Int8Linear`
+also falls back to fp32 for inputs of fewer than `min_rows` rows, where a machine's int8
+kernel is slower (an idle-machine probe found one row slower in int8; the measurement above
+did not, hence the default 1: never).
 
 The quantized model samples from a slightly different policy than the fp32 trainer scores:
 the rollout correction covers that (docs/training.md, "Quantized rollout"). Generation only:
@@ -21,6 +27,9 @@ no gradients, weights fixed.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
 from torch import nn
@@ -29,9 +38,22 @@ from torch.ao.quantization import per_channel_dynamic_qconfig
 
 from sparring.generation import packed_linear
 
+_FULL_PRECISION: ContextVar[bool] = ContextVar("int8_full_precision", default=False)
+
+
+@contextmanager
+def full_precision() -> Iterator[None]:
+    """Every `Int8Linear` runs its fp32 copy inside this block (the engine's prefill)."""
+    token = _FULL_PRECISION.set(True)
+    try:
+        yield
+    finally:
+        _FULL_PRECISION.reset(token)
+
 
 class Int8Linear(nn.Module):
-    """`nn.Linear` in dynamic int8, or in fp32 for inputs of fewer than `min_rows` rows."""
+    """`nn.Linear` in dynamic int8; in fp32 inside `full_precision()` and for inputs of fewer
+    than `min_rows` rows."""
 
     def __init__(self, linear: nn.Linear, min_rows: int = 1) -> None:
         super().__init__()
@@ -42,23 +64,23 @@ class Int8Linear(nn.Module):
             self.int8 = dynamic.Linear.from_float(linear)
         del linear.qconfig
         self.min_rows = min_rows
-        self.fp32 = None
-        if min_rows > 1:
-            use_packed = packed_linear.available()
-            self.fp32 = packed_linear.PackedLinear(linear) if use_packed else linear
+        self.fp32 = packed_linear.PackedLinear(linear) if packed_linear.available() else linear
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.numel() // x.shape[-1]
-        if self.fp32 is not None and rows < self.min_rows:
+        if _FULL_PRECISION.get() or x.numel() // x.shape[-1] < self.min_rows:
             return self.fp32(x)
         return self.int8(x)
 
 
-def quantize_linears(model: nn.Module, min_rows: int = 1) -> int:
+def quantize_linears(model: nn.Module, min_rows: int = 1, keep: Collection[str] = ()) -> int:
     """Replace every fp32 `nn.Linear` of a CPU `model` (the LM head included, even when it
     shares the embedding's weight: the embedding keeps its fp32 copy) by an `Int8Linear`, in
-    place; returns how many."""
+    place, except the layers named in `keep` (attribute names, e.g. `down_proj`, `lm_head`);
+    returns how many."""
     if "fbgemm" not in torch.backends.quantized.supported_engines:
         raise RuntimeError("int8 rollout needs PyTorch's fbgemm quantized engine (x86 CPUs)")
+    names = {name for module in model.modules() for name, _ in module.named_children()}
+    if unknown := sorted(set(keep) - names):
+        raise ValueError(f"int8_fp32_layers: the model has no layer named {unknown}")
     torch.backends.quantized.engine = "fbgemm"
-    return packed_linear.replace_linears(model, lambda linear: Int8Linear(linear, min_rows))
+    return packed_linear.replace_linears(model, lambda linear: Int8Linear(linear, min_rows), keep)

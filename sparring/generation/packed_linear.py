@@ -14,7 +14,7 @@ changed in place.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import torch
 from torch import nn
@@ -47,14 +47,17 @@ def pack_linears(model: nn.Module) -> int:
     return replace_linears(model, PackedLinear)
 
 
-def replace_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module]) -> int:
-    """Replace every fp32 `nn.Linear` of a CPU `model` by `make(linear)`, in place; returns
-    how many."""
+def replace_linears(
+    model: nn.Module, make: Callable[[nn.Linear], nn.Module], skip: Collection[str] = ()
+) -> int:
+    """Replace every fp32 `nn.Linear` of a CPU `model` by `make(linear)`, in place, except
+    those whose attribute name is in `skip` (say `down_proj`); returns how many."""
     swaps = [
         (parent, name, child)
         for parent in model.modules()
         for name, child in parent.named_children()
         if type(child) is nn.Linear
+        and name not in skip
         and child.weight.device.type == "cpu"
         and child.weight.dtype == torch.float32
     ]
