@@ -45,6 +45,7 @@ from sparring.metrics import (
     GAIN_OVER_BEST_TRIVIAL,
     PERF,
     TEST,
+    VS_PREVIOUS,
     metric_name,
     split_eval,
 )
@@ -278,14 +279,17 @@ def evaluate(
 def _play_eval(
     cfg: PipelineConfig, ecfg: Any, model_dir: str, previous_dir: str | None, inits: str
 ) -> tuple[dict[str, float], dict[str, list]]:
-    """`sparring.evaluate.evaluate` of `model_dir` with `ecfg` (an EvalConfig) on `inits`."""
+    """`sparring.evaluate.evaluate` of `model_dir` with `ecfg` (an EvalConfig) on `inits`;
+    `previous_dir` is loaded only where a mode plays it (`vs_previous`)."""
     from sparring.evaluate import evaluate as run_eval
     from sparring.generation.hf import HFBackend
 
     batch = ecfg.rollout.max_batch_size
     policy = HFBackend(model_dir, device=cfg.device, max_batch_size=batch)
     previous = (
-        HFBackend(previous_dir, device=cfg.device, max_batch_size=batch) if previous_dir else None
+        HFBackend(previous_dir, device=cfg.device, max_batch_size=batch)
+        if previous_dir and VS_PREVIOUS in ecfg.modes
+        else None
     )
     t0 = time.perf_counter()
     metrics, episodes = run_eval(policy, inits, ecfg, previous, progress=False)
