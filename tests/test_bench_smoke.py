@@ -122,8 +122,10 @@ def test_grouping_ablation_bench(tiny_model_dir, tmp_path):
     assert (tmp_path / "grouping_ablation.png").stat().st_size > 1000
 
 
-# The smallest run of a shipped recipe that still warm-starts, plays, trains and evaluates.
-SMOKE = ("iterations=1", "game_init.num_val=3", "game_init.num_test=2", "warm_start.num_states=4")
+# The smallest run of a shipped recipe that still warm-starts, plays, trains and evaluates
+# (8 train states: the warm start's and the iteration's; a recipe's 512 take 7 s to generate).
+SMOKE = ("iterations=1", "game_init.num_train=8", "game_init.num_val=3", "game_init.num_test=2")
+SMOKE += ("warm_start.num_states=4",)
 SMOKE += ("warm_start.train.epochs=1", "rollout.sampling.max_new_tokens=8")
 SMOKE += ("eval.rollout.sampling.max_new_tokens=8", "game.params.max_turns=2")
 
@@ -137,7 +139,7 @@ def test_learning_bench_runs_the_product_loop_per_training_seed(tiny_model_dir, 
     the evaluation before any update, the RESULT is the mean of the seeds' paired gains, and
     the test figures are summarized across the seeds. An arm starts from the seed's warm
     start (the same start score) and is compared with the recipe on test, per seed."""
-    sets = smoke_args(f"model={tiny_model_dir}", "games_per_iteration=16")
+    sets = smoke_args(f"model={tiny_model_dir}", "games_per_iteration=8")
     arm = ("--arm", "hot", "rollout.sampling.temperature=2.0")
     results = bench_results("learning.py", *sets, *arm, "--seeds", "0", "1", "--out", str(tmp_path))
     saved = json.loads((tmp_path / "learning.json").read_text())
