@@ -175,14 +175,14 @@ def test_learning_bench_runs_the_product_loop_per_training_seed(tiny_model_dir, 
 
 
 def test_learning_bench_real_model(smollm2_dir, tmp_path):
-    """bench/learning.py on the SmolLM2 recipe (LoRA warm start, one GRPO iteration)."""
-    sets = smoke_args(f"model={smollm2_dir}", "games_per_iteration=4", "rollout.games_per_init=2")
-    sets += smoke_args("game_init.num_val=1", "game_init.num_test=1", "warm_start.num_states=2")
-    sets += smoke_args("train.mini_batch_size=2", "train.micro_batch_size=1")
-    sets += ["--set", "warm_start.train.micro_batch_size=1"]
-    # short games and replies: the smoke checks the path, not the play (suite time)
-    sets += smoke_args("game.params.max_turns=2", "rollout.sampling.max_new_tokens=16")
-    sets += smoke_args("eval.rollout.sampling.max_new_tokens=16")
+    """bench/learning.py on the SmolLM2 recipe (LoRA warm start, one GRPO iteration): one
+    state each to warm-start on, to play (twice: a group), to evaluate and to test on."""
+    sets = smoke_args(
+        *(f"model={smollm2_dir}", "games_per_iteration=2", "rollout.games_per_init=2"),
+        *("game_init.num_val=1", "game_init.num_test=1", "warm_start.num_states=1"),
+        *("train.mini_batch_size=2", "train.micro_batch_size=1"),
+        "warm_start.train.micro_batch_size=1",
+    )  # and SMOKE's short games and replies: the smoke checks the path, not the play
     config = str(ROOT / "configs" / "pipeline-smollm2.yaml")
     results = bench_results("learning.py", "--config", config, *sets, "--out", str(tmp_path))
     assert list(results)[0] == "learning_gain" and abs(results["learning_gain"]) <= 1
