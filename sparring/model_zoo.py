@@ -233,28 +233,13 @@ def convert(gguf_file: Path, out: Path) -> int:
         raise ModelFetchError(f"{name} carries no chat template; it can't be used for chat")
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     # transformers 5.10 takes the tokenizer's EOS from the BOS id (SmolLM2: <|im_start|>), so
-    # set the special tokens from the GGUF's own ids, as the model config already has them.
-    special = gguf_special_ids(gguf_file)
+    # set the special tokens from the GGUF's own ids, which the model config holds (reading
+    # them from the file again would parse all of it, vocabulary included: 4 s).
     for role in ("bos", "eos", "pad", "unk"):
-        if role in special:
-            setattr(tokenizer, f"{role}_token", tokenizer.convert_ids_to_tokens(special[role]))
+        if (token_id := getattr(model.config, f"{role}_token_id", None)) is not None:
+            setattr(tokenizer, f"{role}_token", tokenizer.convert_ids_to_tokens(token_id))
     tokenizer.model_max_length = model.config.max_position_embeddings
     tokenizer.clean_up_tokenization_spaces = False  # a BPE tokenizer: decode must not edit text
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     return sum(p.numel() for p in model.parameters())
-
-
-def gguf_special_ids(gguf_file: Path) -> dict[str, int]:
-    """The bos/eos/pad/unk token ids recorded in a GGUF file's metadata."""
-    from gguf import GGUFReader
-
-    fields = GGUFReader(gguf_file).fields
-    keys = {"bos": "bos_token_id", "eos": "eos_token_id", "pad": "padding_token_id"}
-    keys["unk"] = "unknown_token_id"
-    out = {}
-    for role, key in keys.items():
-        field = fields.get(f"tokenizer.ggml.{key}")
-        if field is not None and field.data:
-            out[role] = int(field.parts[field.data[0]][0])
-    return out
