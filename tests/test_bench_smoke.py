@@ -123,11 +123,12 @@ def test_grouping_ablation_bench(tiny_model_dir, tmp_path):
 
 
 # The smallest run of a shipped recipe that still warm-starts, plays, trains and evaluates
-# (8 train states: the warm start's and the iteration's; a recipe's 512 take 7 s to generate).
+# (8 train states: the warm start's and the iteration's; a recipe's 512 take 7 s to generate),
+# with short games: 2 turns of 8-token replies, an invalid one forfeited, not retried.
 SMOKE = ("iterations=1", "game_init.num_train=8", "game_init.num_val=3", "game_init.num_test=2")
-SMOKE += ("warm_start.num_states=4",)
-SMOKE += ("warm_start.train.epochs=1", "rollout.sampling.max_new_tokens=8")
-SMOKE += ("eval.rollout.sampling.max_new_tokens=8", "game.params.max_turns=2")
+SMOKE += ("warm_start.num_states=4", "warm_start.train.epochs=1")
+SMOKE += ("rollout.sampling.max_new_tokens=8", "eval.rollout.sampling.max_new_tokens=8")
+SMOKE += ("game.params.max_turns=2", "game.params.max_retries=0")
 
 
 def smoke_args(*pairs: str) -> list[str]:
@@ -182,7 +183,7 @@ def test_learning_bench_real_model(smollm2_dir, tmp_path):
         *("game_init.num_val=1", "game_init.num_test=1", "warm_start.num_states=1"),
         *("train.mini_batch_size=2", "train.micro_batch_size=1"),
         "warm_start.train.micro_batch_size=1",
-    )  # and SMOKE's short games and replies: the smoke checks the path, not the play
+    )  # and SMOKE's short games: the smoke checks the path, not the play
     config = str(ROOT / "configs" / "pipeline-smollm2.yaml")
     results = bench_results("learning.py", "--config", config, *sets, "--out", str(tmp_path))
     assert list(results)[0] == "learning_gain" and abs(results["learning_gain"]) <= 1
