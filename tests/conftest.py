@@ -14,21 +14,21 @@ import pytest
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-# The files that take a minute or more on 2 cores, longest first (minutes, measured at 9493394).
+# The files that take a minute or more on 2 cores, longest first (minutes, measured at f2dc600).
 # The workers take these first, then the rest in collection order: the longest processing
 # time first, so that no worker starts a long file while the other is nearly done.
 LONGEST_FIRST = (
-    "tests/pipeline/test_kfp_backend.py",  # 8, with test_pipeline_e2e.py (TOGETHER)
-    "tests/test_bench_smoke.py",  # 5
-    "tests/pipeline/test_population_graph.py",  # 5 with another job's load (16 kfp.local tasks)
-    "tests/verl_backend/test_verl_task.py",  # 2
-    "tests/test_registry.py",  # 2
-    "tests/pipeline/test_tasks.py",  # 2
-    "tests/pipeline/test_shards.py",  # 1.5
-    "tests/test_helm.py",  # 1
+    "tests/test_bench_smoke.py",  # 4.5
+    "tests/pipeline/test_kfp_backend.py",  # 3, with test_pipeline_e2e.py (TOGETHER)
+    "tests/pipeline/test_tasks.py",  # 1
+    "tests/games/diplomacy/test_transfer.py",  # 1
+    "tests/test_registry.py",  # 1
+    "tests/verl_backend/test_verl_task.py",  # 1
+    "tests/loop/test_population.py",  # 1
+    "tests/pipeline/test_population_graph.py",  # 1 (16 kfp.local tasks, forked: zygote.py)
 )
 # Files that share an expensive session fixture run as one unit, on one worker: kfp.local's
-# `tiny_run` (tests/pipeline/conftest.py, 12 task processes, 2-3 minutes).
+# `tiny_run` (tests/pipeline/conftest.py, 12 task processes, about a minute).
 TOGETHER = {"tests/pipeline/test_pipeline_e2e.py": "tests/pipeline/test_kfp_backend.py"}
 
 
