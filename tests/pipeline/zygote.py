@@ -57,7 +57,9 @@ class Zygote:
         self.preload = preload
         self._proc: subprocess.Popen | None = None
 
-    def run(self, command: list[str], env: dict[str, str], cwd: str | None = None):
+    def run(
+        self, command: list[str], env: dict[str, str], cwd: str | None = None
+    ) -> tuple[int, str]:
         """Run `command` with `env` (the whole environment) in `cwd`: a forked child for a
         component command, else a subprocess. Returns (exit code, stdout and stderr)."""
         if not is_component_command(command):
