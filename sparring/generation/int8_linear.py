@@ -12,9 +12,8 @@ Only decode steps run in int8: inside `full_precision()` (the engine's prefill) 
 runs its packed fp32 copy. The int8 activations are quantized with one scale per tensor, and
 SmolLM2's first token carries activations hundreds of times the others' (an attention sink):
 in a prefill forward, which holds that token, they set the scale of every row, and the
-quantized model came apart (per-token KL to the fp32 model 2.16 over a matching reply, 1.59 of
-it from `down_proj` alone; "The capital of France is" went on " located", not " Paris").
-Prefilling in fp32 and decoding in int8 gave a KL of 0.05 on the same tokens. `Int8Linear`
+quantized model came apart ("The capital of France is" went on " located", not " Paris"; the
+KL figures: docs/results.md, "CPU engine: int8 rollout against fp32"). `Int8Linear`
 also falls back to fp32 for inputs of fewer than `min_rows` rows, where a machine's int8
 kernel is slower (an idle-machine probe found one row slower in int8; the measurement above
 did not, hence the default 1: never).
@@ -79,7 +78,12 @@ def quantize_linears(model: nn.Module, min_rows: int = 1, keep: Collection[str] 
     returns how many."""
     if "fbgemm" not in torch.backends.quantized.supported_engines:
         raise RuntimeError("int8 rollout needs PyTorch's fbgemm quantized engine (x86 CPUs)")
-    names = {name for module in model.modules() for name, _ in module.named_children()}
+    names = {
+        name
+        for module in model.modules()
+        for name, child in module.named_children()
+        if isinstance(child, nn.Linear)
+    }
     if unknown := sorted(set(keep) - names):
         raise ValueError(f"int8_fp32_layers: the model has no layer named {unknown}")
     torch.backends.quantized.engine = "fbgemm"
