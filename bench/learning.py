@@ -40,6 +40,11 @@ the seed's warm-started model (the arm's `warm_start` is dropped, so the recipe 
 share one start), and compares each arm's final model with the recipe's on the test games,
 paired, per seed and across seeds: `RESULT arm_<NAME>_minus_recipe <mean over seeds>` and
 `RESULT arm_<NAME>_minus_recipe_se_seeds <its s.e. across seeds>`.
+
+`--t1-arm` adds the arm `t1`: the update as it was before the temperature fix (d20a0e8), the
+trainer scoring every row's log-probs, entropy and KL at temperature 1 whatever temperature
+the row was sampled at (`train/mismatch_kl` then shows the bias). It is the fix's
+before-and-after figure, from the same warm start and seeds.
 """
 
 from __future__ import annotations
@@ -48,11 +53,14 @@ import argparse
 import json
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
+import torch
 
+import sparring.train
 from sparring.cli.options import load_config, parse_params
 from sparring.loop.config import DEFAULT_CONFIG, PipelineConfig
 from sparring.loop.control import compare, control_config, final_difference, format_comparison
@@ -68,7 +76,9 @@ SHOWN = (
     "train/ppo_kl",
     "train/no_signal",
     "train/optimizer_steps",
+    "train/mismatch_kl",
 )
+T1 = "t1"  # --t1-arm's name
 # The test figures' RESULT lines (each with a `_se_seeds` twin): the final model's reward, its
 # gain over the start (the warm-started model), and its margin over the best trivial baseline.
 RESULTS_ON_TEST = (
@@ -149,6 +159,14 @@ def plot(arms: dict[str, dict[int, list[dict]]], path: Path, title: str):
         ax.legend(fontsize=8)
 
 
+@contextmanager
+def scored_at_t1() -> Iterator[None]:
+    """The trainer as before the temperature fix (d20a0e8): every row scored at temperature 1
+    (the fault this arm injects, reverted on exit)."""
+    with mock.patch.object(sparring.train, "sampling_temperature", lambda df: torch.ones(len(df))):
+        yield
+
+
 def arm_config(args: argparse.Namespace, base: PipelineConfig, seed: int, name: str,
                sets: list[str], out: Path) -> PipelineConfig:  # fmt: skip
     """Arm `name` of training seed `seed`: the recipe with the arm's overrides, started from the
@@ -183,7 +201,13 @@ def main() -> None:
     ap.add_argument("--arm", nargs="+", action="append", default=[], metavar=("NAME", "KEY=VALUE"),
                     help="also run each seed with these overrides from its warm start, and "
                     "compare with the recipe on test; repeatable")  # fmt: skip
+    ap.add_argument("--t1-arm", action="store_true",
+                    help=f"also run each seed as the arm {T1!r}: the trainer scoring log-probs at "
+                    "temperature 1, as before the temperature fix")  # fmt: skip
     args = ap.parse_args()
+    if any(a[0] == T1 for a in args.arm) and args.t1_arm:
+        ap.error(f"--arm {T1} clashes with --t1-arm's arm; name it otherwise")
+    args.arm += [[T1]] if args.t1_arm else []
 
     base = load_config(PipelineConfig, args.config, parse_params(tuple(args.set)))
     if (args.control or args.arm) and not base.game_init.num_test:
@@ -222,12 +246,13 @@ def main() -> None:
             run(control, seed, "sft", out / f"seed-{seed}-sft")
             versus[seed] = compare(out / f"seed-{seed}", out / f"seed-{seed}-sft")
         for name, *sets in args.arm:
-            run(
-                arm_config(args, base, seed, name, sets, out),
-                seed,
-                name,
-                out / f"seed-{seed}-{name}",
-            )
+            with scored_at_t1() if args.t1_arm and name == T1 else nullcontext():
+                run(
+                    arm_config(args, base, seed, name, sets, out),
+                    seed,
+                    name,
+                    out / f"seed-{seed}-{name}",
+                )
             arm_versus[name][seed] = final_difference(
                 out / f"seed-{seed}-{name}", out / f"seed-{seed}"
             )

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import json
 import math
+import runpy
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
+from sample_frames import make_samples
+from transformers import AutoTokenizer
 
 from sparring.games.matching.game import MatchingGame
+from sparring.train import collate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -139,9 +144,10 @@ def test_learning_bench_runs_the_product_loop_per_training_seed(tiny_model_dir, 
     """Two training seeds of configs/pipeline.yaml through `run_loop`: each curve starts with
     the evaluation before any update, the RESULT is the mean of the seeds' paired gains, and
     the test figures are summarized across the seeds. An arm starts from the seed's warm
-    start (the same start score) and is compared with the recipe on test, per seed."""
+    start (the same start score) and is compared with the recipe on test, per seed; so is the
+    t1 arm."""
     sets = smoke_args(f"model={tiny_model_dir}", "games_per_iteration=8")
-    arm = ("--arm", "hot", "rollout.sampling.temperature=2.0")
+    arm = ("--arm", "hot", "rollout.sampling.temperature=2.0", "--t1-arm")
     results = bench_results("learning.py", *sets, *arm, "--seeds", "0", "1", "--out", str(tmp_path))
     saved = json.loads((tmp_path / "learning.json").read_text())
     curves = saved["arms"]["recipe"]
@@ -158,8 +164,10 @@ def test_learning_bench_runs_the_product_loop_per_training_seed(tiny_model_dir, 
         hot = saved["arms"]["hot"][seed]
         assert hot[0]["reward"] == curve[0]["reward"]  # one warm start, evaluated alike
         assert not (tmp_path / f"seed-{seed}-hot" / "warm").exists()  # not warm-started again
+        assert saved["arms"]["t1"][seed][0]["reward"] == curve[0]["reward"]
     versus = [d for d, _ in saved["versus_recipe"]["hot"].values()]
     assert results["arm_hot_minus_recipe"] == pytest.approx(sum(versus) / 2, abs=5e-4)
+    assert set(saved["versus_recipe"]) == {"hot", "t1"} and "arm_t1_minus_recipe" in results
     assert (tmp_path / "learning.png").stat().st_size > 1000
     test = saved["test"]  # both seeds' test gains, their mean and its s.e. across the two
     seeds = [test["seeds"][s]["test/gain"] for s in ("0", "1")]
@@ -172,6 +180,19 @@ def test_learning_bench_runs_the_product_loop_per_training_seed(tiny_model_dir, 
     assert results["real_test_reward"] == pytest.approx(test["mean"]["test/final"], abs=5e-5)
     assert results["real_gain_over_warm_start"] == pytest.approx(
         test["mean"]["test/gain"], abs=5e-5
+    )
+
+
+def test_t1_arm_scores_every_row_at_temperature_1(tiny_model_dir):
+    """Inside the t1 arm the trainer's batch says every row was sampled at T=1 (the update
+    before the temperature fix); outside it, each row's own temperature again."""
+    learning = runpy.run_path(str(ROOT / "bench" / "learning.py"))  # not run as __main__
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    df = make_samples(tokenizer, [1.0, 0.0, 0.5, 0.5]).assign(temperature=0.7)
+    with learning["scored_at_t1"]():
+        assert collate(df, tokenizer.pad_token_id).temperature.tolist() == [1.0] * 4
+    torch.testing.assert_close(
+        collate(df, tokenizer.pad_token_id).temperature, torch.full((4,), 0.7)
     )
 
 
