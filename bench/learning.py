@@ -8,6 +8,7 @@
         --set game_init.num_val=4 --set warm_start.num_states=8   # smoke size
     .venv/bin/python bench/learning.py --control sft --seeds 0 1 2   # against the SFT control
     .venv/bin/python bench/learning.py --seeds 0 1 2 --arm carry train.optimizer_state=carry
+    .venv/bin/python bench/learning.py --merge /tmp/l0 /tmp/l1 /tmp/l2 --out /tmp/all
 
 Each training seed runs `sparring.loop.runner.run_loop`, the loop `sparring run` runs, on the
 config with `--set` overrides and the training seed (`sparring.loop.replicates.seeded`: the
@@ -45,6 +46,11 @@ paired, per seed and across seeds: `RESULT arm_<NAME>_minus_recipe <mean over se
 trainer scoring every row's log-probs, entropy and KL at temperature 1 whatever temperature
 the row was sampled at (`train/mismatch_kl` then shows the bias). It is the fix's
 before-and-after figure, from the same warm start and seeds.
+
+`--merge DIR...` runs nothing: it reads the `--out` folders of earlier invocations (say one
+process per seed, run side by side on one GPU) and prints and writes the report one
+invocation with all their seeds would have, from each run that got as far as it needs: the
+val curves as played, a run's test figures and comparisons where it reached its test step.
 """
 
 from __future__ import annotations
@@ -65,7 +71,7 @@ from sparring.cli.options import load_config, parse_params
 from sparring.loop.config import DEFAULT_CONFIG, PipelineConfig
 from sparring.loop.control import compare, control_config, final_difference, format_comparison
 from sparring.loop.replicates import TRIVIAL, Replicate, format_replicates, seeded, summarize
-from sparring.loop.runner import Iteration, run_loop
+from sparring.loop.runner import Iteration, LoopResult, run_loop
 from sparring.stats import mean_se, paired_gain
 
 # What a row prints beside the champion metric (those present).
@@ -185,6 +191,82 @@ def format_arm(name: str, sets: list[str], per_seed: dict[int, tuple[float, floa
     return "\n".join([*lines, f"  mean {mean:+.3f} ± {se:.3f} (s.e. across seeds)"])
 
 
+def tested(run: Path) -> dict[str, float] | None:
+    """The test figures of the run in folder `run` (its test step's test/test.json), or None
+    where it did not reach its test step."""
+    path = run / "test" / "test.json"
+    return json.loads(path.read_text())["figures"] if path.exists() else None
+
+
+def gathered(folders: list[Path]) -> dict:
+    """The runs of one or several invocations (their `--out` folders: learning.json and the run
+    folders) as one summary: every curve, the recipe's val gain per seed, the test figures of
+    each recipe run that reached its test step, and the SFT control's and each arm's
+    comparison with the recipe on test, where both reached it."""
+    saved = [json.loads((f / "learning.json").read_text()) for f in folders]
+    summary = {k: saved[0][k] for k in ("config", "set", "metric", "title")}
+    summary["arm_sets"] = {k: v for s in saved for k, v in s["arm_sets"].items()}
+    arms: dict[str, dict[int, list[dict]]] = {}
+    where: dict[int, Path] = {}  # each seed's folder
+    for folder, s in zip(folders, saved, strict=True):
+        for arm, curves in s["arms"].items():
+            for seed, curve in curves.items():
+                arms.setdefault(arm, {})[int(seed)] = curve
+                where[int(seed)] = folder
+    gains, replicates, versus = {}, [], {}
+    arm_versus: dict[str, dict[int, tuple[float, float]]] = {a: {} for a in summary["arm_sets"]}
+    for seed, curve in sorted(arms.get("recipe", {}).items()):
+        gains[seed] = paired_gain(curve[0]["val_scores"], curve[-1]["val_scores"])
+        recipe = where[seed] / f"seed-{seed}"
+        if (figures := tested(recipe)) is None:
+            continue
+        replicates.append(Replicate(seed, recipe.name, figures))
+        if tested(control := where[seed] / f"seed-{seed}-sft") is not None:
+            versus[seed] = compare(recipe, control)
+        for name, per_seed in arm_versus.items():
+            if tested(other := where[seed] / f"seed-{seed}-{name}") is not None:
+                per_seed[seed] = final_difference(other, recipe)
+    summary |= {"arms": arms, "gains": gains, "versus_recipe": arm_versus}
+    if replicates:
+        summary["test"] = summarize(replicates)
+    if versus:
+        summary["versus_sft_control"] = versus
+    return summary
+
+
+def report(summary: dict, out: Path) -> None:
+    """Print the summary's tables and RESULT lines; write learning.json and learning.png."""
+    out.mkdir(parents=True, exist_ok=True)
+    if "test" in summary:
+        print(format_replicates(summary["test"], summary["metric"]))
+    if versus := summary.get("versus_sft_control"):
+        print(format_comparison(versus, summary["metric"]))
+    for name, per_seed in summary["versus_recipe"].items():
+        print(format_arm(name, summary["arm_sets"][name], per_seed))
+    (out / "learning.json").write_text(json.dumps(summary))
+    plot(summary["arms"], out / "learning.png", summary["title"])
+    values = [g for g, _ in summary["gains"].values()]
+    spread = (
+        f" ± {np.std(values, ddof=1):.3f} (s.d. over {len(values)} seeds)"
+        if len(values) > 1
+        else ""
+    )
+    print(f"gain {np.mean(values):+.3f}{spread}; curve and plot in {out}")
+    print(f"RESULT learning_gain {np.mean(values):.3f}")
+    for name, key in RESULTS_ON_TEST:
+        if key in summary.get("test", {}).get("mean", {}):
+            print(f"RESULT {name} {summary['test']['mean'][key]:.4f}")
+            print(f"RESULT {name}_se_seeds {summary['test']['se_seeds'][key]:.4f}")
+    if versus:
+        diff, se = mean_se([v["grpo_minus_sft"] for v in versus.values()])
+        print(f"RESULT real_gain_over_sft_control {diff:.4f}")
+        print(f"RESULT real_gain_over_sft_control_se_seeds {se:.4f}")
+    for name, per_seed in summary["versus_recipe"].items():
+        diff, se = mean_se([d for d, _ in per_seed.values()])
+        print(f"RESULT arm_{name}_minus_recipe {diff:.4f}")
+        print(f"RESULT arm_{name}_minus_recipe_se_seeds {se:.4f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -204,90 +286,56 @@ def main() -> None:
     ap.add_argument("--t1-arm", action="store_true",
                     help=f"also run each seed as the arm {T1!r}: the trainer scoring log-probs at "
                     "temperature 1, as before the temperature fix")  # fmt: skip
+    ap.add_argument("--merge", nargs="+", metavar="DIR",
+                    help="run nothing: combine the --out folders of earlier invocations (one per "
+                    "seed, run side by side) into one report in --out")  # fmt: skip
     args = ap.parse_args()
     if any(a[0] == T1 for a in args.arm) and args.t1_arm:
         ap.error(f"--arm {T1} clashes with --t1-arm's arm; name it otherwise")
     args.arm += [[T1]] if args.t1_arm else []
 
+    if args.merge:
+        out = Path(args.out or tempfile.mkdtemp(prefix="sparring-learning-"))
+        report(gathered([Path(f) for f in args.merge]), out)
+        return
     base = load_config(PipelineConfig, args.config, parse_params(tuple(args.set)))
     if (args.control or args.arm) and not base.game_init.num_test:
         ap.error("--control and --arm compare on test states: set game_init.num_test > 0")
     out = Path(args.out or tempfile.mkdtemp(prefix="sparring-learning-"))
-    metric, gains, replicates = base.champion_metric, {}, []
     # every run's curve per seed: the recipe's first, then the SFT control's and each arm's
     arms: dict[str, dict[int, list[dict]]] = {"recipe": {}}
-    versus: dict[int, dict[str, float]] = {}  # the SFT control's comparison per seed
-    arm_versus: dict[str, dict[int, tuple[float, float]]] = {a[0]: {} for a in args.arm}
-    title = f"{base.name}: {metric}"
+    saved = {"config": args.config, "set": args.set, "metric": base.champion_metric}
+    saved |= {
+        "title": f"{base.name}: {base.champion_metric}",
+        "arm_sets": {name: sets for name, *sets in args.arm},
+    }
 
-    def run(cfg: PipelineConfig, seed: int, arm: str, work: Path):
-        """`run_loop` on `cfg`, printing each evaluation and keeping it in `arms[arm][seed]`."""
+    def run(cfg: PipelineConfig, seed: int, arm: str) -> LoopResult:
+        """`run_loop` on `cfg` in `out`, printing each evaluation and keeping it in
+        `arms[arm][seed]` and learning.json."""
         curve = arms.setdefault(arm, {}).setdefault(seed, [])
 
         def report(it: Iteration) -> None:
-            curve.append(row(seed, it, metric) | ({} if arm == "recipe" else {"arm": arm}))
+            curve.append(row(seed, it, saved["metric"]) | ({} if arm == "recipe" else {"arm": arm}))
             shown = {k: v for k, v in curve[-1].items() if k not in ("val_scores", "baselines")}
             print(json.dumps(shown), flush=True)
-            (out / "learning.json").write_text(json.dumps({"config": args.config, "arms": arms}))
+            (out / "learning.json").write_text(json.dumps(saved | {"arms": arms}))
 
-        return run_loop(cfg, work, on_iteration=report)
+        return run_loop(cfg, out / cfg.run_name, on_iteration=report)
 
     for seed in args.seeds:
         cfg = measured(base, seed, out)
-        result = run(cfg, seed, "recipe", out / f"seed-{seed}")
-        gains[seed] = paired_gain(result.start.val_scores, result.iterations[-1].val_scores)
-        print(f"seed {seed}: gain {gains[seed][0]:+.3f} ± {gains[seed][1]:.3f} (paired s.e.)")
-        if result.test:
-            replicates.append(Replicate(seed, cfg.run_name, result.test))
+        result = run(cfg, seed, "recipe")
+        gain, se = paired_gain(result.start.val_scores, result.iterations[-1].val_scores)
+        print(f"seed {seed}: gain {gain:+.3f} ± {se:.3f} (paired s.e.)")
         if args.control:
             spent = [it.metrics for it in result.iterations]
             control = control_config(cfg, spent, args.control_budget)
-            control = control.model_copy(update={"run_name": f"{cfg.run_name}-sft"})
-            run(control, seed, "sft", out / f"seed-{seed}-sft")
-            versus[seed] = compare(out / f"seed-{seed}", out / f"seed-{seed}-sft")
+            run(control.model_copy(update={"run_name": f"{cfg.run_name}-sft"}), seed, "sft")
         for name, *sets in args.arm:
             with scored_at_t1() if args.t1_arm and name == T1 else nullcontext():
-                run(
-                    arm_config(args, base, seed, name, sets, out),
-                    seed,
-                    name,
-                    out / f"seed-{seed}-{name}",
-                )
-            arm_versus[name][seed] = final_difference(
-                out / f"seed-{seed}-{name}", out / f"seed-{seed}"
-            )
-    summary = {"gains": gains, "arms": arms, "config": args.config, "set": args.set}
-    if replicates:
-        summary["test"] = summarize(replicates)
-        print(format_replicates(summary["test"], metric))
-    if versus:
-        summary["versus_sft_control"] = versus
-        print(format_comparison(versus, metric))
-    for name, *sets in args.arm:
-        print(format_arm(name, sets, arm_versus[name]))
-    summary["versus_recipe"] = arm_versus
-    (out / "learning.json").write_text(json.dumps(summary))
-    plot(arms, out / "learning.png", title)
-    values = [g for g, _ in gains.values()]
-    spread = (
-        f" ± {np.std(values, ddof=1):.3f} (s.d. over {len(values)} seeds)"
-        if len(values) > 1
-        else ""
-    )
-    print(f"gain {np.mean(values):+.3f}{spread}; curve and plot in {out}")
-    print(f"RESULT learning_gain {np.mean(values):.3f}")
-    for name, key in RESULTS_ON_TEST:
-        if key in summary.get("test", {}).get("mean", {}):
-            print(f"RESULT {name} {summary['test']['mean'][key]:.4f}")
-            print(f"RESULT {name}_se_seeds {summary['test']['se_seeds'][key]:.4f}")
-    if versus:
-        diff, se = mean_se([v["grpo_minus_sft"] for v in versus.values()])
-        print(f"RESULT real_gain_over_sft_control {diff:.4f}")
-        print(f"RESULT real_gain_over_sft_control_se_seeds {se:.4f}")
-    for name, per_seed in arm_versus.items():
-        diff, se = mean_se([d for d, _ in per_seed.values()])
-        print(f"RESULT arm_{name}_minus_recipe {diff:.4f}")
-        print(f"RESULT arm_{name}_minus_recipe_se_seeds {se:.4f}")
+                run(arm_config(args, base, seed, name, sets, out), seed, name)
+    report(gathered([out]), out)
 
 
 if __name__ == "__main__":

@@ -181,6 +181,18 @@ def test_learning_bench_runs_the_product_loop_per_training_seed(tiny_model_dir, 
     assert results["real_gain_over_warm_start"] == pytest.approx(
         test["mean"]["test/gain"], abs=5e-5
     )
+    # one folder per seed, as side-by-side processes leave them: merged, the same report
+    for seed in ("0", "1"):
+        alone = tmp_path / f"only-{seed}"
+        alone.mkdir()
+        for run in tmp_path.glob(f"seed-{seed}*"):
+            (alone / run.name).symlink_to(run)
+        per_arm = {arm: {seed: curves[seed]} for arm, curves in saved["arms"].items()}
+        kept = {k: saved[k] for k in ("config", "set", "metric", "title", "arm_sets")}
+        (alone / "learning.json").write_text(json.dumps(kept | {"arms": per_arm}))
+    folders = [str(tmp_path / "only-0"), str(tmp_path / "only-1")]
+    merged = bench_results("learning.py", "--merge", *folders, "--out", str(tmp_path / "all"))
+    assert merged == results
 
 
 def test_t1_arm_scores_every_row_at_temperature_1(tiny_model_dir):
