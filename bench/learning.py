@@ -315,13 +315,13 @@ def main() -> None:
         `arms[arm][seed]` and learning.json."""
         curve = arms.setdefault(arm, {}).setdefault(seed, [])
 
-        def report(it: Iteration) -> None:
+        def on_iteration(it: Iteration) -> None:
             curve.append(row(seed, it, saved["metric"]) | ({} if arm == "recipe" else {"arm": arm}))
             shown = {k: v for k, v in curve[-1].items() if k not in ("val_scores", "baselines")}
             print(json.dumps(shown), flush=True)
             (out / "learning.json").write_text(json.dumps(saved | {"arms": arms}))
 
-        return run_loop(cfg, out / cfg.run_name, on_iteration=report)
+        return run_loop(cfg, out / cfg.run_name, on_iteration=on_iteration)
 
     for seed in args.seeds:
         cfg = measured(base, seed, out)
