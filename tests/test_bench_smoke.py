@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import runpy
@@ -143,11 +145,11 @@ def smoke_args(*pairs: str) -> list[str]:
 def test_learning_bench_runs_the_product_loop_per_training_seed(tiny_model_dir, tmp_path):
     """Two training seeds of configs/pipeline.yaml through `run_loop`: each curve starts with
     the evaluation before any update, the RESULT is the mean of the seeds' paired gains, and
-    the test figures are summarized across the seeds. An arm starts from the seed's warm
-    start (the same start score) and is compared with the recipe on test, per seed; so is the
-    t1 arm."""
+    the test figures are summarized across the seeds. An arm (here the t1 arm) starts from the
+    seed's warm start (the same start score) and is compared with the recipe on test, per
+    seed. Split into one folder per seed and merged, the runs give the same report."""
     sets = smoke_args(f"model={tiny_model_dir}", "games_per_iteration=8")
-    arm = ("--arm", "hot", "rollout.sampling.temperature=2.0", "--t1-arm")
+    arm = ("--t1-arm",)
     results = bench_results("learning.py", *sets, *arm, "--seeds", "0", "1", "--out", str(tmp_path))
     saved = json.loads((tmp_path / "learning.json").read_text())
     curves = saved["arms"]["recipe"]
@@ -161,13 +163,11 @@ def test_learning_bench_runs_the_product_loop_per_training_seed(tiny_model_dir, 
     assert results["learning_gain"] == pytest.approx(sum(gains) / 2, abs=5e-4)
     for seed, curve in curves.items():  # the gain is the champion metric's change
         assert saved["gains"][seed][0] == pytest.approx(curve[-1]["reward"] - curve[0]["reward"])
-        hot = saved["arms"]["hot"][seed]
-        assert hot[0]["reward"] == curve[0]["reward"]  # one warm start, evaluated alike
-        assert not (tmp_path / f"seed-{seed}-hot" / "warm").exists()  # not warm-started again
-        assert saved["arms"]["t1"][seed][0]["reward"] == curve[0]["reward"]
-    versus = [d for d, _ in saved["versus_recipe"]["hot"].values()]
-    assert results["arm_hot_minus_recipe"] == pytest.approx(sum(versus) / 2, abs=5e-4)
-    assert set(saved["versus_recipe"]) == {"hot", "t1"} and "arm_t1_minus_recipe" in results
+        t1 = saved["arms"]["t1"][seed]
+        assert t1[0]["reward"] == curve[0]["reward"]  # one warm start, evaluated alike
+        assert not (tmp_path / f"seed-{seed}-t1" / "warm").exists()  # not warm-started again
+    versus = [d for d, _ in saved["versus_recipe"]["t1"].values()]
+    assert results["arm_t1_minus_recipe"] == pytest.approx(sum(versus) / 2, abs=5e-4)
     assert (tmp_path / "learning.png").stat().st_size > 1000
     test = saved["test"]  # both seeds' test gains, their mean and its s.e. across the two
     seeds = [test["seeds"][s]["test/gain"] for s in ("0", "1")]
@@ -190,9 +190,15 @@ def test_learning_bench_runs_the_product_loop_per_training_seed(tiny_model_dir, 
         per_arm = {arm: {seed: curves[seed]} for arm, curves in saved["arms"].items()}
         kept = {k: saved[k] for k in ("config", "set", "metric", "title", "arm_sets")}
         (alone / "learning.json").write_text(json.dumps(kept | {"arms": per_arm}))
-    folders = [str(tmp_path / "only-0"), str(tmp_path / "only-1")]
-    merged = bench_results("learning.py", "--merge", *folders, "--out", str(tmp_path / "all"))
-    assert merged == results
+    learning = runpy.run_path(str(ROOT / "bench" / "learning.py"))  # not run as __main__
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        learning["report"](
+            learning["gathered"]([tmp_path / "only-0", tmp_path / "only-1"]), tmp_path / "all"
+        )
+    merged = [
+        line.split() for line in printed.getvalue().splitlines() if line.startswith("RESULT ")
+    ]
+    assert {name: float(value) for _, name, value in merged} == results
 
 
 def test_t1_arm_scores_every_row_at_temperature_1(tiny_model_dir):
