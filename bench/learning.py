@@ -294,14 +294,13 @@ def main() -> None:
         ap.error(f"--arm {T1} clashes with --t1-arm's arm; name it otherwise")
     args.arm += [[T1]] if args.t1_arm else []
 
+    out = Path(args.out or tempfile.mkdtemp(prefix="sparring-learning-"))
     if args.merge:
-        out = Path(args.out or tempfile.mkdtemp(prefix="sparring-learning-"))
         report(gathered([Path(f) for f in args.merge]), out)
         return
     base = load_config(PipelineConfig, args.config, parse_params(tuple(args.set)))
     if (args.control or args.arm) and not base.game_init.num_test:
         ap.error("--control and --arm compare on test states: set game_init.num_test > 0")
-    out = Path(args.out or tempfile.mkdtemp(prefix="sparring-learning-"))
     # every run's curve per seed: the recipe's first, then the SFT control's and each arm's
     arms: dict[str, dict[int, list[dict]]] = {"recipe": {}}
     saved = {"config": args.config, "set": args.set, "metric": base.champion_metric}

@@ -114,7 +114,7 @@ def generate_state(
             break
     # The filter's own-view proposals break ties by position (the solver's first optimum), so
     # the tables it keeps have a poor low-index diagonal: a fixed positional deal beat a random
-    # one by .04 (docs/results.md, "Trivial baselines, matching k=3"). Shuffling reviewers and
+    # one (docs/results.md, "Trivial baselines, matching k=3"). Shuffling reviewers and
     # papers afterwards leaves no position informative, and `own_best_values` the values of
     # own-view optima whose ties were broken at random.
     rows, cols = rng.permutation(k), rng.permutation(k)
