@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import re
 import sys
@@ -54,12 +55,13 @@ class LocalRun(NamedTuple):
     s3_data_dir: Path | None  # where the local S3 server kept its data, if one was started
     log: Path
     seconds: float  # wall time of the whole run, services included
-    compute: dict[str, float]  # perf/*_seconds summed over the run's tasks (see compute_seconds)
+    compute: dict[str, float]  # perf/*_seconds summed over the warm start, evaluations, updates
 
     @property
     def overhead(self) -> float:
-        """Share of the wall time outside rollout/train/eval compute: process start-up, imports,
-        model load and save, uploads, logging, services."""
+        """Share of the wall time outside the compute (the warm start's SFT, every rollout,
+        update and evaluation, the test's included): process start-up, imports, scripted
+        teacher games, model load and save, uploads, logging, services."""
         return 1.0 - sum(self.compute.values()) / self.seconds
 
 
@@ -108,8 +110,12 @@ def in_process(cfg: PipelineConfig, workdir: Path) -> dict[str, float]:
     from sparring.loop.runner import run_loop
     from sparring.loop.tasks import COMPUTE_METRICS
 
-    result = run_loop(cfg, workdir / cfg.run_name / "work")
-    return {k: sum(it.metrics.get(k, 0.0) for it in result.iterations) for k in COMPUTE_METRICS}
+    work = workdir / cfg.run_name / "work"
+    result = run_loop(cfg, work)
+    warm = work / "warm" / "metrics.json"  # the warm start's SFT counts as train, as on kfp
+    reports = [it.metrics for it in [result.start, *result.iterations] if it] + [result.test]
+    reports += [json.loads(warm.read_text())] if cfg.warm_start and warm.exists() else []
+    return {k: sum(m.get(k, 0.0) for m in reports) for k in COMPUTE_METRICS}
 
 
 def run_local(

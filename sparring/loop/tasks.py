@@ -53,7 +53,8 @@ from sparring.rollout import RolloutConfig, build_policies, learner_plays, load_
 from sparring.stats import paired_gain
 
 # Compute-time metrics the tasks report; the rest of the wall time is pipeline overhead.
-COMPUTE_METRICS = ("perf/rollout_seconds", "perf/train_seconds", "perf/eval_seconds")
+PERF_EVAL = metric_name(PERF, "eval_seconds")
+COMPUTE_METRICS = ("perf/rollout_seconds", "perf/train_seconds", PERF_EVAL)
 SCORES_FILE = "scores.json"  # an evaluation's champion metric per game (`game_scores`)
 # Final states of a successful pipeline: the KFP backend says COMPLETE (or CACHED); kfp.local
 # and Vertex say SUCCEEDED.
@@ -293,7 +294,7 @@ def _play_eval(
     )
     t0 = time.perf_counter()
     metrics, episodes = run_eval(policy, inits, ecfg, previous, progress=False)
-    metrics[metric_name(PERF, "eval_seconds")] = time.perf_counter() - t0
+    metrics[PERF_EVAL] = time.perf_counter() - t0
     return metrics, episodes
 
 
@@ -328,14 +329,15 @@ def evaluate_test(
     mode (`vs_previous` plays the start): `test/start`, `test/final`, and the paired
     `test/gain` with its standard error `test/gain_se`; beside them the game's baselines on
     the same states, `test/baseline/<name>` (with `_se`), and the final model's
-    `test/gain_over_best_trivial` (paired over the states). Written to test.json beside both
-    models' scores, uploaded, and logged to the parent run at step `iteration` (the last)."""
+    `test/gain_over_best_trivial` (paired over the states), and both evaluations' seconds
+    `perf/eval_seconds`. Written to test.json beside both models' scores, uploaded, and logged to the parent run at step `iteration` (the last)."""
     mode = (split_eval(cfg.champion_metric) or ("",))[0]
     ecfg = cfg.eval.model_copy(update={"modes": [mode], "num_games": None})
-    out, figures, scores, metrics = Path(out_dir), {}, {}, {}
+    out, figures, scores, metrics = Path(out_dir), {PERF_EVAL: 0.0}, {}, {}
     for name, model in (("start", start_dir), ("final", final_dir)):
         metrics, episodes = _play_eval(cfg, ecfg, model, start_dir, test_inits)
         figures[metric_name(TEST, name)] = metrics[cfg.champion_metric]
+        figures[PERF_EVAL] += metrics[PERF_EVAL]
         scores[name] = game_scores(episodes, cfg.champion_metric)
     gain, se = paired_gain(scores["start"], scores["final"])
     figures |= {metric_name(TEST, "gain"): gain, metric_name(TEST, "gain_se"): se}

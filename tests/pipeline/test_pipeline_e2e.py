@@ -57,6 +57,10 @@ def test_two_iterations_end_to_end(s3_env, tiny_run):
     assert client.get_run(result.parent_run_id).info.status == "FINISHED"
     # the compute the steps report (what bench/pipeline.py divides by the wall time)
     assert result.compute["perf/rollout_seconds"] > 0 and result.compute["perf/eval_seconds"] > 0
+    evals = sum(client.get_run(v.run_id).data.metrics["perf/eval_seconds"] for v in versions)
+    assert not cfg.game_init.num_test and result.compute["perf/eval_seconds"] == pytest.approx(
+        evals
+    )
     assert 0 < result.overhead < 1
     summary = format_summary(result, cfg, "tiny")
     assert f"champion: v{best.version} ({best.source})" in summary and uris[1] in summary
@@ -111,6 +115,7 @@ def test_in_process_loop_plays_the_same_games_as_the_kfp_pipeline(s3_env, tiny_r
     result = run_loop(cfg, tmp_path / "work")
     (it,) = result.iterations
     assert result.parent_run_id == "" and it.registered.version == ""  # nothing tracked
+    assert result.test["perf/eval_seconds"] > 0  # the test's compute, which `sparring run` counts
 
     def games(text: str) -> list[tuple]:
         rows = [json.loads(line) for line in text.splitlines()]
