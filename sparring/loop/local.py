@@ -114,7 +114,7 @@ def in_process(cfg: PipelineConfig, workdir: Path) -> dict[str, float]:
     result = run_loop(cfg, work)
     warm = work / "warm" / "metrics.json"  # the warm start's SFT counts as train, as on kfp
     reports = [it.metrics for it in [result.start, *result.iterations] if it] + [result.test]
-    reports += [json.loads(warm.read_text())] if cfg.warm_start and warm.exists() else []
+    reports += [json.loads(warm.read_text())] if cfg.warm_start else []
     return {k: sum(m.get(k, 0.0) for m in reports) for k in COMPUTE_METRICS}
 
 

@@ -330,7 +330,8 @@ def evaluate_test(
     `test/gain` with its standard error `test/gain_se`; beside them the game's baselines on
     the same states, `test/baseline/<name>` (with `_se`), and the final model's
     `test/gain_over_best_trivial` (paired over the states), and both evaluations' seconds
-    `perf/eval_seconds`. Written to test.json beside both models' scores, uploaded, and logged to the parent run at step `iteration` (the last)."""
+    `perf/eval_seconds`. Written to test.json beside both models' scores, uploaded, and logged
+    to the parent run at step `iteration` (the last)."""
     mode = (split_eval(cfg.champion_metric) or ("",))[0]
     ecfg = cfg.eval.model_copy(update={"modes": [mode], "num_games": None})
     out, figures, scores, metrics = Path(out_dir), {PERF_EVAL: 0.0}, {}, {}
