@@ -50,7 +50,9 @@ before-and-after figure, from the same warm start and seeds.
 `--merge DIR...` runs nothing: it reads the `--out` folders of earlier invocations (say one
 process per seed, run side by side on one GPU) and prints and writes the report one
 invocation with all their seeds would have, from each run that got as far as it needs: the
-val curves as played, a run's test figures and comparisons where it reached its test step.
+val curves as played, a run's test figures and comparisons where it reached its test step. A
+config that sets `sft_control` is run as the SFT control alone (folder `seed-S-sft`), so a
+control can run beside its recipe and be merged with it.
 """
 
 from __future__ import annotations
@@ -198,6 +200,12 @@ def tested(run: Path) -> dict[str, float] | None:
     return json.loads(path.read_text())["figures"] if path.exists() else None
 
 
+def arm_run(where: dict[tuple[str, int], Path], arm: str, seed: int, recipe: Path) -> Path:
+    """The run folder of `arm` for `seed`: in its own invocation's folder (`where`), else beside
+    the recipe's run `recipe`."""
+    return where.get((arm, seed), recipe.parent) / f"seed-{seed}-{arm}"
+
+
 def gathered(folders: list[Path]) -> dict:
     """The runs of one or several invocations (their `--out` folders: learning.json and the run
     folders) as one summary: every curve, the recipe's val gain per seed, the test figures of
@@ -207,24 +215,24 @@ def gathered(folders: list[Path]) -> dict:
     summary = {k: saved[0][k] for k in ("config", "set", "metric", "title")}
     summary["arm_sets"] = {k: v for s in saved for k, v in s["arm_sets"].items()}
     arms: dict[str, dict[int, list[dict]]] = {}
-    where: dict[int, Path] = {}  # each seed's folder
+    where: dict[tuple[str, int], Path] = {}  # each arm's and seed's folder
     for folder, s in zip(folders, saved, strict=True):
         for arm, curves in s["arms"].items():
             for seed, curve in curves.items():
                 arms.setdefault(arm, {})[int(seed)] = curve
-                where[int(seed)] = folder
+                where[arm, int(seed)] = folder
     gains, replicates, versus = {}, [], {}
     arm_versus: dict[str, dict[int, tuple[float, float]]] = {a: {} for a in summary["arm_sets"]}
     for seed, curve in sorted(arms.get("recipe", {}).items()):
         gains[seed] = paired_gain(curve[0]["val_scores"], curve[-1]["val_scores"])
-        recipe = where[seed] / f"seed-{seed}"
+        recipe = where["recipe", seed] / f"seed-{seed}"
         if (figures := tested(recipe)) is None:
             continue
         replicates.append(Replicate(seed, recipe.name, figures))
-        if tested(control := where[seed] / f"seed-{seed}-sft") is not None:
+        if tested(control := arm_run(where, "sft", seed, recipe)) is not None:
             versus[seed] = compare(recipe, control)
         for name, per_seed in arm_versus.items():
-            if tested(other := where[seed] / f"seed-{seed}-{name}") is not None:
+            if tested(other := arm_run(where, name, seed, recipe)) is not None:
                 per_seed[seed] = final_difference(other, recipe)
     summary |= {"arms": arms, "gains": gains, "versus_recipe": arm_versus}
     if replicates:
@@ -245,7 +253,9 @@ def report(summary: dict, out: Path) -> None:
         print(format_arm(name, summary["arm_sets"][name], per_seed))
     (out / "learning.json").write_text(json.dumps(summary))
     plot(summary["arms"], out / "learning.png", summary["title"])
-    values = [g for g, _ in summary["gains"].values()]
+    if not (values := [g for g, _ in summary["gains"].values()]):
+        print(f"no GRPO run to report (merge it with its recipe's folders); plot in {out}")
+        return
     spread = (
         f" ± {np.std(values, ddof=1):.3f} (s.d. over {len(values)} seeds)"
         if len(values) > 1
@@ -299,6 +309,8 @@ def main() -> None:
         report(gathered([Path(f) for f in args.merge]), out)
         return
     base = load_config(PipelineConfig, args.config, parse_params(tuple(args.set)))
+    if args.control and base.sft_control:
+        ap.error("--control: the config is already an SFT control (sft_control is set)")
     if (args.control or args.arm) and not base.game_init.num_test:
         ap.error("--control and --arm compare on test states: set game_init.num_test > 0")
     # every run's curve per seed: the recipe's first, then the SFT control's and each arm's
@@ -324,6 +336,9 @@ def main() -> None:
 
     for seed in args.seeds:
         cfg = measured(base, seed, out)
+        if base.sft_control:  # the run is an SFT control: filed as one, for --merge
+            run(cfg.model_copy(update={"run_name": f"{cfg.run_name}-sft"}), seed, "sft")
+            continue
         result = run(cfg, seed, "recipe")
         gain, se = paired_gain(result.start.val_scores, result.iterations[-1].val_scores)
         print(f"seed {seed}: gain {gain:+.3f} ± {se:.3f} (paired s.e.)")

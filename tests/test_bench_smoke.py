@@ -147,7 +147,7 @@ def test_learning_bench_runs_the_product_loop_per_training_seed(tiny_model_dir, 
     the evaluation before any update, the RESULT is the mean of the seeds' paired gains, and
     the test figures are summarized across the seeds. An arm (here the t1 arm) starts from the
     seed's warm start (the same start score) and is compared with the recipe on test, per
-    seed. Split into one folder per seed and merged, the runs give the same report."""
+    seed. Split into one folder per seed and arm and merged, the runs give the same report."""
     sets = smoke_args(f"model={tiny_model_dir}", "games_per_iteration=8")
     arm = ("--t1-arm",)
     results = bench_results("learning.py", *sets, *arm, "--seeds", "0", "1", "--out", str(tmp_path))
@@ -181,20 +181,20 @@ def test_learning_bench_runs_the_product_loop_per_training_seed(tiny_model_dir, 
     assert results["real_gain_over_warm_start"] == pytest.approx(
         test["mean"]["test/gain"], abs=5e-5
     )
-    # one folder per seed, as side-by-side processes leave them: merged, the same report
+    # one folder per seed and arm, as side-by-side processes leave them: merged, the same report
+    kept = {k: saved[k] for k in ("config", "set", "metric", "title", "arm_sets")}
+    folders = []
     for seed in ("0", "1"):
-        alone = tmp_path / f"only-{seed}"
-        alone.mkdir()
-        for run in tmp_path.glob(f"seed-{seed}*"):
-            (alone / run.name).symlink_to(run)
-        per_arm = {arm: {seed: curves[seed]} for arm, curves in saved["arms"].items()}
-        kept = {k: saved[k] for k in ("config", "set", "metric", "title", "arm_sets")}
-        (alone / "learning.json").write_text(json.dumps(kept | {"arms": per_arm}))
+        for arm, run in (("recipe", f"seed-{seed}"), ("t1", f"seed-{seed}-t1")):
+            alone = tmp_path / f"only-{seed}-{arm}"
+            alone.mkdir()
+            (alone / run).symlink_to(tmp_path / run)
+            arms = {arm: {seed: saved["arms"][arm][seed]}}
+            (alone / "learning.json").write_text(json.dumps(kept | {"arms": arms}))
+            folders.append(alone)
     learning = runpy.run_path(str(ROOT / "bench" / "learning.py"))  # not run as __main__
     with contextlib.redirect_stdout(io.StringIO()) as printed:
-        learning["report"](
-            learning["gathered"]([tmp_path / "only-0", tmp_path / "only-1"]), tmp_path / "all"
-        )
+        learning["report"](learning["gathered"](folders), tmp_path / "all")
     merged = [
         line.split() for line in printed.getvalue().splitlines() if line.startswith("RESULT ")
     ]
