@@ -7,6 +7,7 @@ state and country (`init_seat`: each power's own per-prompt baseline), by initia
         --set games_per_iteration=32 --seeds 0   # self-play: the learner in all seven seats
     .venv/bin/python bench/grouping_ablation.py --set iterations=1 --set game_init.num_train=7 \\
         --set games_per_iteration=28 --set game_init.num_val=1 --seeds 0   # smoke size
+    .venv/bin/python bench/grouping_ablation.py --merge /tmp/d0 /tmp/d1 --out /tmp/all
     python bench/grouping_ablation.py --set model=smollm2-135m-instruct --set device=auto \\
         --set warm_start.train.lora_rank=16 --set train.lora_rank=16   # a real model, one GPU
 
@@ -20,7 +21,14 @@ state and country (`init_seat`: each power's own per-prompt baseline), by initia
    the learner in each country against each scripted bot on every val state): the learner's
    reward in each game against `eval.opponent` (greedy), whose mean is the champion metric
 4. prints a JSON line per finished run, writes grouping_ablation.json and grouping_ablation.png,
-   and ends with `RESULT country_vs_init_gain <country - init mean eval reward>`
+   and compares country with `init_seat` (the state x country grouping seed 001's question is
+   about; Diplomacy calls it `init_country`) and with `init`, paired game by game within each
+   seed: `RESULT country_vs_init_country_gain <mean over seeds>` with `_ci95_low` and
+   `_ci95_high` (Student's t over the seeds' means; over the games with one seed), then the
+   same for `country_vs_init`
+
+`--merge DIR...` runs nothing: it reports the `--out` folders of earlier invocations (say one
+process per seed, side by side on one GPU) as one invocation with all their seeds would.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 from learning import saved_figure  # bench/learning.py, next to this file
+from scipy import stats
 
 from sparring.cli.options import load_config, parse_params
 from sparring.loop import tasks
@@ -52,9 +61,9 @@ def local(base: PipelineConfig, out: Path, **fields) -> PipelineConfig:
     return PipelineConfig.model_validate(data)
 
 
-def shared_warm_start(base: PipelineConfig, out: Path) -> tuple[PipelineConfig, Path, Path]:
-    """The arms' one warm start (under `out/warm`), evaluated on val: (the local config, the
-    warm-started model, its evaluation folder)."""
+def shared_warm_start(base: PipelineConfig, out: Path) -> tuple[PipelineConfig, Path]:
+    """The arms' one warm start (under `out/warm`), evaluated on val into `out/warm/eval`: (the
+    local config, the warm-started model)."""
     cfg, ws = local(base, out), out / "warm"
     inits = tasks.game_init(cfg, ws / "inits", "warm")
     warm = tasks.initial_model(cfg, ws / "initial")
@@ -63,19 +72,35 @@ def shared_warm_start(base: PipelineConfig, out: Path) -> tuple[PipelineConfig, 
         warm = ws / "model"
     tasks.evaluate(cfg.for_step("evaluate"), str(warm), None, str(inits["val"]), ws / "eval",
                    "warm", -1)  # fmt: skip
-    return cfg, warm, ws / "eval"
+    return cfg, warm
 
 
-def vs_scripted(cfg: PipelineConfig, eval_dir: Path) -> list[float]:
-    """The learner's reward in every val game of `eval_dir` against `cfg.eval.opponent` (game
-    ids of the Diplomacy eval: `<init>/<bot>/<country>#<play>`)."""
+def vs_scripted(cfg: PipelineConfig, eval_dir: Path) -> dict[str, float]:
+    """The learner's reward in every val game of `eval_dir` against `cfg.eval.opponent`, by game
+    id (game ids of the Diplomacy eval: `<init>/<bot>/<country>#<play>`)."""
     games = json.loads((eval_dir / "rewards.json").read_text())["vs_scripted"]
-    roles, out = cfg.game.cls.roles, []
+    roles, out = cfg.game.cls.roles, {}
     for game in games:
         _, bot, country = game["game_id"].split("#")[0].rsplit("/", 2)
         if bot == cfg.eval.opponent:
-            out.append(game["rewards"][roles.index(country)])
+            out[game["game_id"]] = game["rewards"][roles.index(country)]
     return out
+
+
+def paired(arm: dict[int, dict[str, float]], other: dict[int, dict[str, float]]) -> dict:
+    """`arm` minus `other`, paired game by game within each training seed: the mean over seeds of
+    each seed's mean difference and its 95% interval (Student's t over the seeds' means, whose
+    spread holds training and evaluation noise; over the games when there is one seed)."""
+    diffs = {seed: np.array([g[k] - other[seed][k] for k in g]) for seed, g in arm.items()}
+    means = np.array([d.mean() for d in diffs.values()])
+    spread = means if len(means) > 1 else next(iter(diffs.values()))
+    se = spread.std(ddof=1) / np.sqrt(len(spread))
+    half = float(stats.t.ppf(0.975, len(spread) - 1) * se)
+    per_seed = {
+        s: [float(d.mean()), float(d.std(ddof=1) / np.sqrt(len(d)))] for s, d in diffs.items()
+    }
+    gain = float(means.mean())
+    return {"gain": gain, "ci95": [gain - half, gain + half], "per_seed": per_seed}
 
 
 def summary(rewards: list[float]) -> dict:
@@ -96,6 +121,47 @@ def plot(arms: dict[str, dict], path: Path, title: str) -> None:
         ax.set_xlabel("GRPO group key")
 
 
+# (RESULT name, the arm country is compared with): state x country first, seed 001's question
+COMPARED = (("country_vs_init_country", "init_seat"), ("country_vs_init", "init"))
+
+
+def report(folders: list[Path], out: Path) -> None:
+    """The report of the runs in `folders` (one invocation's `--out`, or several run side by
+    side): each arm's last evaluation against the opponent, pooled and per seed, country against
+    the other arms paired game by game; grouping_ablation.json and .png in `out`."""
+    saved = [json.loads((f / "grouping_ablation.json").read_text()) for f in folders]
+    path = Path(saved[0]["config"])  # a shipped config, from another machine: by its name here
+    path = path if path.exists() else CONFIG_DIR / path.name
+    base = load_config(PipelineConfig, str(path), parse_params(tuple(saved[0]["set"])))
+    warm, games, runs = [], {}, []  # games: arm -> seed -> game id -> reward
+    for folder, s in zip(folders, saved, strict=True):
+        warm += vs_scripted(base, folder / "warm" / "eval").values()
+        for run in s["runs"]:
+            last = folder / f"{run['key']}-seed-{run['seed']}" / str(len(run["curve"]) - 1)
+            games.setdefault(run["key"], {})[run["seed"]] = vs_scripted(base, last / "eval")
+            runs.append(run)
+    arms = {"warm start": summary(warm)}
+    for key, per_seed in games.items():
+        means = {seed: float(np.mean(list(g.values()))) for seed, g in per_seed.items()}
+        arms[key] = summary([r for g in per_seed.values() for r in g.values()]) | {
+            "per_seed": means
+        }
+    versus = {name: paired(games["country"], games[o]) for name, o in COMPARED if o in games}
+    for name, a in arms.items():
+        seeds = " ".join(f"{m:.4f}" for m in a.get("per_seed", {}).values())
+        print(f"{name:10s} {a['mean']:.4f} ± {a['se']:.4f} (n={a['n']}) {seeds}")
+    kept = {k: saved[0][k] for k in ("config", "set", "metric")}
+    result = kept | {"arms": arms, "runs": runs, "versus": versus}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "grouping_ablation.json").write_text(json.dumps(result, indent=1))
+    plot(arms, out / "grouping_ablation.png", f"{base.name}: reward vs {base.eval.opponent}")
+    print(f"results in {out}")
+    for name, v in versus.items():
+        print(f"RESULT {name}_gain {v['gain']:.4f}")
+        print(f"RESULT {name}_ci95_low {v['ci95'][0]:.4f}")
+        print(f"RESULT {name}_ci95_high {v['ci95'][1]:.4f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -108,17 +174,22 @@ def main() -> None:
     )
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="training seeds")
     ap.add_argument("--out", help="work folder (default: a temp folder)")
+    ap.add_argument("--merge", nargs="+", metavar="DIR",
+                    help="run nothing: report the --out folders of earlier invocations (one per "
+                    "seed, run side by side) as one, in --out")  # fmt: skip
     args = ap.parse_args()
-    if not {"country", "init"} <= set(args.keys):
-        ap.error("--keys must include country and init (the RESULT compares them)")
+    out = Path(args.out or tempfile.mkdtemp(prefix="sparring-ablation-"))
+    if args.merge:
+        report([Path(f) for f in args.merge], out)
+        return
+    if not {"country", "init_seat"} <= set(args.keys):
+        ap.error("--keys must include country and init_seat (the RESULT compares them)")
 
     base = load_config(PipelineConfig, args.config, parse_params(tuple(args.set)))
-    out = Path(args.out or tempfile.mkdtemp(prefix="sparring-ablation-"))
     # 1. the shared warm start, evaluated
-    cfg, warm, warm_eval = shared_warm_start(base, out)
-    arms = {"warm start": summary(vs_scripted(cfg, warm_eval))}
+    cfg, warm = shared_warm_start(base, out)
     # 2. every arm and seed from that checkpoint; 3. its last evaluation
-    rewards, per_seed, runs = {}, {}, []
+    saved = {"config": args.config, "set": args.set, "metric": base.champion_metric, "runs": []}
     for seed in args.seeds:
         for key in args.keys:
             run = out / f"{key}-seed-{seed}"
@@ -126,26 +197,15 @@ def main() -> None:
             cfg = local(base, out, run_name=run.name, model=str(warm), warm_start=None,
                         **seeded, **{"train.group_key": key})  # fmt: skip
             its = run_loop(cfg, run).iterations
-            games = vs_scripted(cfg, run / str(its[-1].iteration) / "eval")
-            rewards.setdefault(key, []).extend(games)
-            per_seed.setdefault(key, {})[seed] = float(np.mean(games))
+            games = vs_scripted(cfg, run / str(its[-1].iteration) / "eval").values()
             curve = [it.metrics[cfg.champion_metric] for it in its]
             rollout = [it.metrics["rollout/normalized_reward"] for it in its]
-            runs.append({"key": key, "seed": seed, **summary(games), "curve": curve,
-                         "rollout": rollout})  # fmt: skip
-            print(json.dumps(runs[-1]), flush=True)
+            saved["runs"].append({"key": key, "seed": seed, **summary(list(games)),
+                                  "curve": curve, "rollout": rollout})  # fmt: skip
+            print(json.dumps(saved["runs"][-1]), flush=True)
+            (out / "grouping_ablation.json").write_text(json.dumps(saved, indent=1))
     # 4. the report
-    arms |= {key: summary(rewards[key]) | {"per_seed": per_seed[key]} for key in args.keys}
-    gain = arms["country"]["mean"] - arms["init"]["mean"]
-    for name, a in arms.items():
-        seeds = " ".join(f"{m:.4f}" for m in a.get("per_seed", {}).values())
-        print(f"{name:10s} {a['mean']:.4f} ± {a['se']:.4f} (n={a['n']}) {seeds}")
-    saved = {"config": args.config, "set": args.set, "metric": base.champion_metric}
-    saved |= {"arms": arms, "runs": runs, "country_vs_init_gain": gain}
-    (out / "grouping_ablation.json").write_text(json.dumps(saved, indent=1))
-    plot(arms, out / "grouping_ablation.png", f"{base.name}: reward vs {base.eval.opponent}")
-    print(f"results in {out}")
-    print(f"RESULT country_vs_init_gain {gain:.4f}")
+    report([out], out)
 
 
 if __name__ == "__main__":

@@ -101,16 +101,17 @@ def test_diplomacy_rollout_bench(tiny_model_dir):
 
 
 def test_grouping_ablation_bench(tiny_model_dir, tmp_path):
-    """configs/diplomacy-ablation.yaml at smoke size: one seed of every arm runs the product
-    loop from the shared warm start; an arm's score is its last evaluation's games against
-    greedy (their mean is the champion metric), and the RESULT is country minus init."""
+    """configs/diplomacy-ablation.yaml at smoke size: one seed of two arms runs the product loop
+    from the shared warm start; an arm's score is its last evaluation's games against greedy
+    (their mean is the champion metric), and the RESULT is country minus init_seat, paired game
+    by game, with its 95% interval. `--merge` of the folder reports the same."""
     pytest.importorskip("diplomacy")
     sets = (f"model={tiny_model_dir}", "iterations=1", "game_init.num_train=7")
     sets += ("game_init.num_val=1", "rollout.games_per_init=2", "games_per_iteration=14")
     sets += ("warm_start.num_states=1", "warm_start.train.epochs=1")
     sets += ("rollout.sampling.max_new_tokens=8", "eval.rollout.sampling.max_new_tokens=8")
     args = [arg for pair in sets for arg in ("--set", pair)]
-    keys = ("country", "init")  # of the default four arms, the two the RESULT compares
+    keys = ("country", "init_seat")  # of the default four arms, the two the RESULT compares
     lines = bench_output(
         "grouping_ablation.py", *args, "--keys", *keys, "--seeds", "0", "--out", str(tmp_path)
     )
@@ -122,11 +123,26 @@ def test_grouping_ablation_bench(tiny_model_dir, tmp_path):
     for run in runs:  # 1 val state x 7 countries vs greedy; the last eval is the champion metric
         assert run["n"] == 7 and run["curve"] == [pytest.approx(run["mean"])]
         assert saved["arms"][run["key"]]["per_seed"] == {"0": pytest.approx(run["mean"])}
-    gain = saved["arms"]["country"]["mean"] - saved["arms"]["init"]["mean"]
-    assert saved["country_vs_init_gain"] == pytest.approx(gain)
-    name, value = lines[-1].split()[1:]
-    assert name == "country_vs_init_gain" and float(value) == pytest.approx(gain, abs=5e-5)
+    gain = saved["arms"]["country"]["mean"] - saved["arms"]["init_seat"]["mean"]
+    versus = saved["versus"]["country_vs_init_country"]  # paired: the same 7 games
+    assert list(saved["versus"]) == ["country_vs_init_country"]  # no init arm, no comparison
+    assert versus["gain"] == pytest.approx(gain)
+    low, high = versus["ci95"]
+    assert low <= gain <= high and high - gain == pytest.approx(gain - low)
+    results = [line.split()[1:] for line in lines if line.startswith("RESULT ")]
+    assert [name for name, _ in results] == [
+        "country_vs_init_country_gain",
+        "country_vs_init_country_ci95_low",
+        "country_vs_init_country_ci95_high",
+    ]
+    assert [float(v) for _, v in results] == pytest.approx([gain, low, high], abs=5e-5)
     assert (tmp_path / "grouping_ablation.png").stat().st_size > 1000
+    merged = bench_output(
+        "grouping_ablation.py", "--merge", str(tmp_path), "--out", str(tmp_path / "all")
+    )
+    assert [line for line in merged if line.startswith("RESULT ")] == [
+        line for line in lines if line.startswith("RESULT ")
+    ]
 
 
 # The smallest run of a shipped recipe that still warm-starts, plays, trains and evaluates
