@@ -61,9 +61,9 @@ def local(base: PipelineConfig, out: Path, **fields) -> PipelineConfig:
     return PipelineConfig.model_validate(data)
 
 
-def shared_warm_start(base: PipelineConfig, out: Path) -> tuple[PipelineConfig, Path]:
-    """The arms' one warm start (under `out/warm`), evaluated on val into `out/warm/eval`: (the
-    local config, the warm-started model)."""
+def shared_warm_start(base: PipelineConfig, out: Path) -> tuple[PipelineConfig, Path, Path]:
+    """The arms' one warm start (under `out/warm`), evaluated on val: (the local config, the
+    warm-started model, its evaluation folder)."""
     cfg, ws = local(base, out), out / "warm"
     inits = tasks.game_init(cfg, ws / "inits", "warm")
     warm = tasks.initial_model(cfg, ws / "initial")
@@ -72,7 +72,7 @@ def shared_warm_start(base: PipelineConfig, out: Path) -> tuple[PipelineConfig, 
         warm = ws / "model"
     tasks.evaluate(cfg.for_step("evaluate"), str(warm), None, str(inits["val"]), ws / "eval",
                    "warm", -1)  # fmt: skip
-    return cfg, warm
+    return cfg, warm, ws / "eval"
 
 
 def vs_scripted(cfg: PipelineConfig, eval_dir: Path) -> dict[str, float]:
@@ -187,7 +187,7 @@ def main() -> None:
 
     base = load_config(PipelineConfig, args.config, parse_params(tuple(args.set)))
     # 1. the shared warm start, evaluated
-    cfg, warm = shared_warm_start(base, out)
+    cfg, warm, _ = shared_warm_start(base, out)
     # 2. every arm and seed from that checkpoint; 3. its last evaluation
     saved = {"config": args.config, "set": args.set, "metric": base.champion_metric, "runs": []}
     for seed in args.seeds:
