@@ -100,11 +100,11 @@ def test_diplomacy_rollout_bench(tiny_model_dir):
     assert name == "diplomacy_speedup" and float(value) > 0
 
 
-def test_grouping_ablation_bench(tiny_model_dir, tmp_path):
+def test_grouping_ablation_bench(tiny_model_dir, tmp_path, monkeypatch):
     """configs/diplomacy-ablation.yaml at smoke size: one seed of two arms runs the product loop
     from the shared warm start; an arm's score is its last evaluation's games against greedy
     (their mean is the champion metric), and the RESULT is country minus init_seat, paired game
-    by game, with its 95% interval. `--merge` of the folder reports the same."""
+    by game, with its 95% interval. The report of the folder (what `--merge` prints) is the same."""
     pytest.importorskip("diplomacy")
     sets = (f"model={tiny_model_dir}", "iterations=1", "game_init.num_train=7")
     sets += ("game_init.num_val=1", "rollout.games_per_init=2", "games_per_iteration=14")
@@ -137,12 +137,12 @@ def test_grouping_ablation_bench(tiny_model_dir, tmp_path):
     ]
     assert [float(v) for _, v in results] == pytest.approx([gain, low, high], abs=5e-5)
     assert (tmp_path / "grouping_ablation.png").stat().st_size > 1000
-    merged = bench_output(
-        "grouping_ablation.py", "--merge", str(tmp_path), "--out", str(tmp_path / "all")
-    )
-    assert [line for line in merged if line.startswith("RESULT ")] == [
-        line for line in lines if line.startswith("RESULT ")
-    ]
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))  # its `from learning import ...`
+    ablation = runpy.run_path(str(ROOT / "bench" / "grouping_ablation.py"))  # not as __main__
+    with contextlib.redirect_stdout(io.StringIO()) as printed:  # --merge of the one folder
+        ablation["report"]([tmp_path], tmp_path / "all")
+    merged = [line for line in printed.getvalue().splitlines() if line.startswith("RESULT ")]
+    assert merged == [line for line in lines if line.startswith("RESULT ")]
 
 
 # The smallest run of a shipped recipe that still warm-starts, plays, trains and evaluates
