@@ -1,9 +1,10 @@
 """How long `sparring run` should take: a rough wall-time estimate printed at the start.
 
 Only for models whose costs per unit below were measured on CPU, from per-task times of one run
-on 2 idle cores: the tiny model (`make run`: 10:49 wall on a CPU whose matmul probe read 153
-GFLOP/s) and SmolLM2-135M-Instruct (the full `configs/pipeline-smollm2.yaml`: 59:38 wall at
-148 GFLOP/s; docs/results.md). Each cost is scaled to `REFERENCE_MATMUL` by its run's probe.
+on 2 idle cores: the tiny model (`make run` in-process on the unbiased states: 17:20 wall on a
+CPU whose matmul probe read 109 GFLOP/s) and SmolLM2-135M-Instruct (the full
+`configs/pipeline-smollm2.yaml`: 59:38 wall at 148 GFLOP/s; docs/results.md). Each cost is
+scaled to `REFERENCE_MATMUL` by its run's probe.
 Another model or a GPU gets no estimate.
 The rollout and eval costs are per game at the measured per-turn budget (`max_new_tokens`
 times the game's `Game.turn_budget`, matching's `max_turns`) and scale with it; a policy that
@@ -22,7 +23,7 @@ from sparring.loop.config import PipelineConfig
 REFERENCE_MATMUL = 215e9
 """FLOP/s of a 2048^2 fp32 matmul on 2 threads (`peak_flops.matmul_peak`) on the CPU where
 COSTS were measured."""
-TASK_SECONDS = 4.5  # one task's start-up: process, imports, S3 transfers, MLflow
+TASK_SECONDS = 1.5  # one task's share of what is not its compute: S3 transfers, MLflow, setup
 # Share of a GRPO update that `bypass_mode` skips, the trainer's old-log-prob pass (13% and
 # 21% measured: docs/results.md#what-bypass_mode-saves-in-a-grpo-step); COSTS' train costs
 # were measured with the pass.
@@ -40,7 +41,7 @@ class Costs(NamedTuple):
 
 
 COSTS = {
-    "tiny": Costs(sft=0.091, rollout=0.14, train=0.295, eval=0.079, budget=40 * 8),
+    "tiny": Costs(sft=0.104, rollout=0.221, train=0.329, eval=0.245, budget=40 * 8),
     # loading and saving the 540 MB checkpoint is inside each task's per-game cost
     "smollm2-135m-instruct": Costs(sft=3.25, rollout=1.65, train=6.3, eval=1.4, budget=48 * 6),
 }
