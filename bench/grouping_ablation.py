@@ -46,6 +46,7 @@ from sparring.cli.options import load_config, parse_params
 from sparring.loop import tasks
 from sparring.loop.config import CONFIG_DIR, PipelineConfig
 from sparring.loop.runner import run_loop
+from sparring.stats import mean_se, paired_gain
 
 
 def local(base: PipelineConfig, out: Path, **fields) -> PipelineConfig:
@@ -91,15 +92,12 @@ def paired(arm: dict[int, dict[str, float]], other: dict[int, dict[str, float]])
     """`arm` minus `other`, paired game by game within each training seed: the mean over seeds of
     each seed's mean difference and its 95% interval (Student's t over the seeds' means, whose
     spread holds training and evaluation noise; over the games when there is one seed)."""
-    diffs = {seed: np.array([g[k] - other[seed][k] for k in g]) for seed, g in arm.items()}
-    means = np.array([d.mean() for d in diffs.values()])
-    spread = means if len(means) > 1 else next(iter(diffs.values()))
-    se = spread.std(ddof=1) / np.sqrt(len(spread))
-    half = float(stats.t.ppf(0.975, len(spread) - 1) * se)
-    per_seed = {
-        s: [float(d.mean()), float(d.std(ddof=1) / np.sqrt(len(d)))] for s, d in diffs.items()
-    }
-    gain = float(means.mean())
+    per_seed = {seed: paired_gain(other[seed], games) for seed, games in arm.items()}
+    if len(per_seed) > 1:
+        (gain, se), df = mean_se([d for d, _ in per_seed.values()]), len(per_seed) - 1
+    else:
+        (gain, se), df = next(iter(per_seed.values())), len(next(iter(arm.values()))) - 1
+    half = float(stats.t.ppf(0.975, df) * se)
     return {"gain": gain, "ci95": [gain - half, gain + half], "per_seed": per_seed}
 
 
