@@ -29,8 +29,9 @@ the same states), each the mean over seeds with a `_se_seeds` twin.
 `--control sft` runs each seed a second time as the SFT control (`sparring.loop.control`):
 the same warm start, then in place of each GRPO iteration an SFT round on the teacher's
 games of that iteration's train states, with as many optimizer steps as the GRPO update took
-(`--control-budget wall`: as many as fit in the seconds its rollout and update took),
-evaluated on the same val and test states with the same draws. It prints both arms side by
+(`--control-budget wall`: as many as fit in the seconds its rollout and update took), at the
+warm start's learning rate (`--control-lr` sets another), evaluated on the same val and test
+states with the same draws. It prints both arms side by
 side per seed (test start, final and gain of each, GRPO minus the control paired over the
 test games), their mean and s.e. across seeds, and ends with
 `RESULT real_gain_over_sft_control <mean over seeds of GRPO's final test score minus the
@@ -290,6 +291,8 @@ def main() -> None:
                     help="also run each seed as the SFT control and compare on test")  # fmt: skip
     ap.add_argument("--control-budget", choices=["steps", "wall"], default="steps",
                     help="what the control matches per GRPO iteration")  # fmt: skip
+    ap.add_argument("--control-lr", type=float, metavar="LR",
+                    help="the control's learning rate (default: the warm start's)")  # fmt: skip
     ap.add_argument("--arm", nargs="+", action="append", default=[], metavar=("NAME", "KEY=VALUE"),
                     help="also run each seed with these overrides from its warm start, and "
                     "compare with the recipe on test; repeatable")  # fmt: skip
@@ -344,7 +347,7 @@ def main() -> None:
         print(f"seed {seed}: gain {gain:+.3f} ± {se:.3f} (paired s.e.)")
         if args.control:
             spent = [it.metrics for it in result.iterations]
-            control = control_config(cfg, spent, args.control_budget)
+            control = control_config(cfg, spent, args.control_budget, args.control_lr)
             run(control.model_copy(update={"run_name": f"{cfg.run_name}-sft"}), seed, "sft")
         for name, *sets in args.arm:
             with scored_at_t1() if args.t1_arm and name == T1 else nullcontext():

@@ -50,6 +50,7 @@ class SFTControl(_Strict):
 
     steps: list[int] | None = None  # optimizer steps per iteration (the GRPO arm's); 0 = none
     seconds: list[float] | None = None  # or wall seconds per iteration (the GRPO arm's)
+    lr: float | None = Field(None, gt=0)  # the rounds' learning rate; None = warm_start.train's
 
     @model_validator(mode="after")
     def _one_budget(self) -> SFTControl:

@@ -32,13 +32,17 @@ STEPS, WALL = ("train/optimizer_steps",), ("perf/rollout_seconds", "perf/train_s
 
 
 def control_config(
-    cfg: PipelineConfig, grpo_metrics: list[dict[str, float]], by: Budget = "steps"
+    cfg: PipelineConfig,
+    grpo_metrics: list[dict[str, float]],
+    by: Budget = "steps",
+    lr: float | None = None,
 ) -> PipelineConfig:
     """`cfg` as the SFT control of the GRPO run whose iterations' metrics are `grpo_metrics`:
     each iteration gets the same optimizer steps (`by="steps"`; 0 where GRPO had no signal)
-    or the same seconds (`by="wall"`)."""
+    or the same seconds (`by="wall"`), at learning rate `lr` (None: the warm start's)."""
     spent = [sum(m.get(k, 0.0) for k in (STEPS if by == "steps" else WALL)) for m in grpo_metrics]
     control = {"steps": [round(s) for s in spent]} if by == "steps" else {"seconds": spent}
+    control |= {"lr": lr} if lr else {}
     data = cfg.model_dump(mode="json", exclude_unset=True)
     return PipelineConfig.model_validate(data | {"sft_control": control})
 
@@ -58,7 +62,7 @@ def sft_round(
         shutil.copytree(model_dir, out_dir, dirs_exist_ok=True)
         return {"train/optimizer_steps": 0.0, "perf/train_seconds": 0.0}
     states, rcfg = tasks.iteration_plan(cfg, train_inits, iteration, games)
-    sft_cfg = ws.train.model_copy(update={"steps": n})
+    sft_cfg = ws.train.model_copy(update={"steps": n, "lr": control.lr or ws.train.lr})
     return steps.warm_start(model_dir, rcfg, ws.agent, states, out_dir, sft_cfg, cfg.device).metrics
 
 

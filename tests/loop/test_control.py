@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from safetensors.torch import load_file
 
 from sparring.cli.options import load_config, parse_params
 from sparring.loop.config import PipelineConfig
@@ -25,13 +26,23 @@ def tiny_config(model: Path, store: Path) -> PipelineConfig:
     return load_config(PipelineConfig, str(ROOT / "configs" / "pipeline.yaml"), parse_params(sets))
 
 
+def max_change(a: Path, b: Path) -> float:
+    """The largest absolute difference between two checkpoints' weights."""
+    x, y = (load_file(Path(d) / "model.safetensors") for d in (a, b))
+    return max((x[k] - y[k]).abs().max().item() for k in x)
+
+
 def test_the_control_takes_grpos_steps_and_evaluates_on_the_same_states(tiny_model_dir, tmp_path):
     """Each control iteration takes as many optimizer steps as the GRPO update it replaces,
     plays no rollout, and the two runs score the same warm start on the same val and test
-    games with the same draws."""
+    games with the same draws. The control's own learning rate reaches its rounds: at 1e-12
+    its steps leave the weights as they were."""
     cfg = tiny_config(tiny_model_dir, tmp_path / "store")
     grpo = run_loop(cfg.model_copy(update={"run_name": "grpo"}), tmp_path / "grpo")
-    control = control_config(cfg, [it.metrics for it in grpo.iterations])
+    control = control_config(cfg, [it.metrics for it in grpo.iterations], lr=1e-12)
+    assert (
+        control.sft_control.lr == 1e-12 and control.warm_start.train.lr == cfg.warm_start.train.lr
+    )
     sft = run_loop(control.model_copy(update={"run_name": "sft"}), tmp_path / "sft")
 
     grpo_steps = [it.metrics["train/optimizer_steps"] for it in grpo.iterations]
@@ -45,6 +56,8 @@ def test_the_control_takes_grpos_steps_and_evaluates_on_the_same_states(tiny_mod
     grpo_test, sft_test = scores_on_test(tmp_path / "grpo"), scores_on_test(tmp_path / "sft")
     assert sft_test["start"] == grpo_test["start"] and len(grpo_test["start"]) == 2
     assert sft_test["final"].keys() == grpo_test["final"].keys()
+    moved = [max_change(run.start.model_dir, run.iterations[-1].model_dir) for run in (grpo, sft)]
+    assert moved[0] > 1e-4 > 1e-6 > moved[1]  # GRPO's steps moved the weights, the control's not
 
 
 def test_control_budgets(tiny_model_dir, tmp_path):
