@@ -1,8 +1,9 @@
 """How long `sparring run` should take: a rough wall-time estimate printed at the start.
 
 Only for models whose costs per unit below were measured on CPU, from per-task times of one run
-on 2 idle cores: the tiny model (`make run` in-process on the unbiased states: 17:20 wall on a
-CPU whose matmul probe read 109 GFLOP/s) and SmolLM2-135M-Instruct (the full
+on 2 idle cores: the tiny model (`make run` in-process on 2x2 matching: 12:46 wall on a CPU
+whose matmul probe read 95 GFLOP/s; the costs don't scale with the table, so a 3x3 run takes
+about 1.5x its estimate) and SmolLM2-135M-Instruct (the full
 `configs/pipeline-smollm2.yaml`: 59:38 wall at 148 GFLOP/s; docs/results.md). Each cost is
 scaled to `REFERENCE_MATMUL` by its run's probe.
 Another model or a GPU gets no estimate.
@@ -41,7 +42,7 @@ class Costs(NamedTuple):
 
 
 COSTS = {
-    "tiny": Costs(sft=0.104, rollout=0.221, train=0.329, eval=0.245, budget=40 * 8),
+    "tiny": Costs(sft=0.070, rollout=0.110, train=0.234, eval=0.119, budget=40 * 8),
     # loading and saving the 540 MB checkpoint is inside each task's per-game cost
     "smollm2-135m-instruct": Costs(sft=3.25, rollout=1.65, train=6.3, eval=1.4, budget=48 * 6),
 }
