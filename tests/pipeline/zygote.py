@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 PRELOAD = (
@@ -51,11 +52,13 @@ def is_component_command(command: list[str]) -> bool:
 
 
 class Zygote:
-    """The preloaded Python, started on first use; `run` is one task, one at a time."""
+    """The preloaded Python, started on first use; `run` is one task, one at a time: kfp.local
+    runs a ParallelFor's iterations in threads, and each request must read its own reply."""
 
     def __init__(self, preload: tuple[str, ...] = PRELOAD) -> None:
         self.preload = preload
         self._proc: subprocess.Popen | None = None
+        self._turn = threading.Lock()
 
     def run(
         self, command: list[str], env: dict[str, str], cwd: str | None = None
@@ -67,6 +70,11 @@ class Zygote:
                 command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
             )
             return proc.returncode, proc.stdout.decode(errors="replace")
+        with self._turn:
+            return self._fork(command, env, cwd)
+
+    def _fork(self, command: list[str], env: dict[str, str], cwd: str | None) -> tuple[int, str]:
+        """One request to the zygote and its reply (the caller holds the turn)."""
         if self._proc is None:
             self._proc = subprocess.Popen(
                 [sys.executable, __file__, *self.preload],
