@@ -15,6 +15,7 @@ from sparring.loop.runner import run_loop
 ROOT = Path(__file__).resolve().parents[2]
 # configs/pipeline.yaml at the smallest size that warm-starts, plays, trains and evaluates
 TINY = ("iterations=1", "games_per_iteration=8", "game_init.num_val=2", "game_init.num_test=2")
+TINY += ("game_init.num_train=8",)  # a recipe's 512 2x2 states take ~40 s to generate
 TINY += ("warm_start.num_states=4", "warm_start.train.epochs=1", "game.params.max_turns=2")
 TINY += ("rollout.sampling.max_new_tokens=8", "eval.rollout.sampling.max_new_tokens=8")
 TINY += ("eval.modes=[selfplay]", "evaluate_start=true", "tracking.enabled=false")

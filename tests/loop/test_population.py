@@ -22,6 +22,7 @@ from sparring.tracking import PipelineRun, TrackingConfig, connect
 ROOT = Path(__file__).resolve().parents[2]
 # configs/pipeline.yaml at the smallest size that plays, trains and evaluates; two specialists
 TINY = ("iterations=2", "games_per_iteration=8", "game_init.num_val=2", "warm_start=null")
+TINY += ("game_init.num_train=8",)  # 2 iterations x 4 states; a recipe's 512 take ~40 s at k=2
 TINY += ("game_init.num_test=0", "game.params.max_turns=2", "rollout.games_per_init=2")
 TINY += ("rollout.sampling.max_new_tokens=8", "eval.rollout.sampling.max_new_tokens=8")
 TINY += ("evaluate_start=false", "tracking.enabled=false", "train.group_key=batch")
