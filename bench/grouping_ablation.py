@@ -1,6 +1,8 @@
 """Seed 001's open question: does grouping GRPO advantages by country beat grouping by initial
 state and country (`init_seat`: each power's own per-prompt baseline), by initial state alone
-(all seven powers in one group) or one batch-wide group? The product's loop, per arm.
+(all seven powers in one group) or one batch-wide group? The product's loop, per arm. An arm is
+a group key (`country`, `init_seat`, `country_stage`, `init`, `batch`) or `rae`: SPIRAL's
+per-country EMA baseline kept across updates (`train.advantage: rae` over the `role` column).
 
     .venv/bin/python bench/grouping_ablation.py             # configs/diplomacy-ablation.yaml
     .venv/bin/python bench/grouping_ablation.py --set opponents.selfplay_fraction=1 \\
@@ -13,8 +15,8 @@ state and country (`init_seat`: each power's own per-prompt baseline), by initia
 
 1. the config's warm start runs once (`sparring.loop.tasks`), so every arm starts from the same
    checkpoint; it is evaluated as the "warm start" bar
-2. per training seed and group key (`--keys`), `sparring.loop.runner.run_loop` from that
-   checkpoint with `train.group_key` = the key: the loop `sparring run` runs, with files in
+2. per training seed and arm (`--keys`), `sparring.loop.runner.run_loop` from that
+   checkpoint with `train.group_key` = the key (or the `rae` fields): the loop `sparring run` runs, with files in
    `--out` (no S3) and no tracking. A training seed moves the rollout's sampling seed (by 1000)
    and the GRPO seed; the states and the evaluation's draws are the same for every arm
 3. an arm's score is its last evaluation (the config's `eval`; Diplomacy's vs_scripted seats
@@ -119,6 +121,11 @@ def plot(arms: dict[str, dict], path: Path, title: str) -> None:
         ax.set_xlabel("GRPO group key")
 
 
+# arms that are not a group key: their train fields (rae logs its groups' stats by country)
+VARIANTS = {
+    "rae": {"train.advantage": "rae", "train.rae_key": "role", "train.group_key": "country"}
+}
+
 # (RESULT name, the arm country is compared with): state x country first, seed 001's question
 COMPARED = (("country_vs_init_country", "init_seat"), ("country_vs_init", "init"))
 
@@ -192,8 +199,9 @@ def main() -> None:
         for key in args.keys:
             run = out / f"{key}-seed-{seed}"
             seeded = {"train.seed": seed, "rollout.sampling.seed": 1000 * seed}
+            arm = VARIANTS.get(key, {"train.group_key": key})
             cfg = local(base, out, run_name=run.name, model=str(warm), warm_start=None,
-                        **seeded, **{"train.group_key": key})  # fmt: skip
+                        **seeded, **arm)  # fmt: skip
             its = run_loop(cfg, run).iterations
             games = vs_scripted(cfg, run / str(its[-1].iteration) / "eval").values()
             curve = [it.metrics[cfg.champion_metric] for it in its]

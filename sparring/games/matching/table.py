@@ -3,6 +3,7 @@ Hungarian optimum that normalizes the reward (dialop's rules, see sparring.games
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -77,6 +78,77 @@ def own_view_values(table: np.ndarray, visible: np.ndarray) -> list[float]:
     return [float(table[np.arange(k), best_assignment(g)[0]].sum()) for g in guesses]
 
 
+CHUNK = 256
+"""Draws judged at once by the hard filter."""
+MAX_PERMUTED_K = 5
+"""Up to this k the hard filter is bounded for a whole chunk of draws at once, over all k!
+assignments; above it every draw goes through the solver."""
+
+
+def _draws(rng: np.random.Generator, k: int, p_visible: float, n: int) -> tuple[np.ndarray, ...]:
+    """`n` attempts, drawn as a plain loop of attempts draws them: tables (n, reviewer, paper)
+    with the cells neither seat sees set to 50, visibility (n, seat, reviewer, paper), and
+    each seat's scale (n, 2)."""
+    tables, seen, scales = [], [], []
+    for _ in range(n):
+        tables.append(rng.integers(0, MAX_VALUE, size=(k, k)))
+        seen.append(rng.random((2, k, k)))
+        scales.append(rng.uniform(1.0, 10.0, size=2))
+    table, visible = np.stack(tables), np.stack(seen) < p_visible
+    table[~visible[:, 0] & ~visible[:, 1]] = 50
+    return table, visible, np.stack(scales)
+
+
+def _is_hard(table: np.ndarray, visible: np.ndarray, hard_ratio: float) -> bool:
+    """dialop's filter: each seat's own-view optimum (the solver's, ties broken by position) is
+    worth less than the optimum / `hard_ratio`."""
+    best = best_assignment(table.astype(float))[1]
+    return max(own_view_values(table, visible)) < best / hard_ratio
+
+
+def _surely(tables: np.ndarray, visible: np.ndarray, hard_ratio: float) -> tuple[np.ndarray, ...]:
+    """Per draw, whether it is hard (or easy) whichever optimum the solver picks among ties:
+    exhaustive over the k! assignments of every draw at once. Neither, for k > MAX_PERMUTED_K."""
+    n, k = tables.shape[:2]
+    if k > MAX_PERMUTED_K:
+        return np.zeros(n, bool), np.zeros(n, bool)
+    perms = np.array(list(itertools.permutations(range(k))))  # (P, k)
+    rows = np.arange(k)
+    true = tables[:, rows, perms].sum(-1).astype(float)  # (n, P): each assignment's true value
+    threshold = true.max(1) / hard_ratio  # (n,)
+    hard, easy = np.ones(n, bool), np.zeros(n, bool)
+    for seat in range(2):
+        guess = np.where(visible[:, seat], tables, 50)[:, rows, perms].sum(-1)  # (n, P)
+        optimal = guess == guess.max(1, keepdims=True)
+        hard &= np.where(optimal, true, -np.inf).max(1) < threshold
+        easy |= np.where(optimal, true, np.inf).min(1) >= threshold
+    return hard, easy
+
+
+def _first_hard_draw(
+    rng: np.random.Generator, k: int, p_visible: float, hard_ratio: float | None, max_tries: int
+) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, bool]:
+    """(attempt number, table, visibility, scales, hard) of the first draw `_is_hard` keeps, or
+    of the last of `max_tries` with hard False; `rng` is left just after it, as a plain loop of
+    attempts would leave it. Draws are judged a chunk at a time, by the solver only where
+    `_surely` leaves them open."""
+    if hard_ratio is None:  # any table will do: the first
+        tables, visible, scales = _draws(rng, k, p_visible, 1)
+        return 1, tables[0], visible[0], scales[0], True
+    done = 0
+    while done < max_tries:
+        start = rng.bit_generator.state
+        tables, visible, scales = _draws(rng, k, p_visible, min(CHUNK, max_tries - done))
+        hard, easy = _surely(tables, visible, hard_ratio)
+        for i in np.flatnonzero(~easy):  # in order
+            if hard[i] or _is_hard(tables[i], visible[i], hard_ratio):
+                rng.bit_generator.state = start  # replay up to this draw, to leave rng after it
+                _draws(rng, k, p_visible, i + 1)
+                return done + int(i) + 1, tables[i], visible[i], scales[i], True
+        done += len(tables)
+    return max_tries, tables[-1], visible[-1], scales[-1], False
+
+
 def generate_state(
     seed: int,
     k: int = 8,
@@ -102,16 +174,10 @@ def generate_state(
     if not 2 <= k <= len(reviewers):
         raise ValueError(f"k must be in [2, {len(reviewers)}] with names={names!r}, got {k}")
     rng = np.random.default_rng(seed)
-    for attempt in range(1, max_tries + 1):  # noqa: B007 - reported in the state
-        table = rng.integers(0, MAX_VALUE, size=(k, k))
-        visible = rng.random((2, k, k)) < p_visible  # (seat, reviewer, paper)
-        table[~visible[0] & ~visible[1]] = 50
-        scales = rng.uniform(1.0, 10.0, size=2)
-        best_cols, best = best_assignment(table.astype(float))
-        own = own_view_values(table, visible)
-        hard = hard_ratio is None or max(own) < best / hard_ratio
-        if hard:
-            break
+    attempt, table, visible, scales, hard = _first_hard_draw(
+        rng, k, p_visible, hard_ratio, max_tries
+    )
+    own = own_view_values(table, visible)
     # The filter's own-view proposals break ties by position (the solver's first optimum), so
     # the tables it keeps have a poor low-index diagonal: a fixed positional deal beat a random
     # one (docs/results.md, "Trivial baselines, matching k=3"). Shuffling reviewers and

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from sparring.games import make_game
 from sparring.games.matching import MatchingGame
-from sparring.games.matching.table import best_assignment, generate_state
+from sparring.games.matching.table import best_assignment, generate_state, own_view_values
 
 
 def new_game(k: int = 4, seed: int = 0, **params):
@@ -93,6 +93,34 @@ def test_hard_filter_holds():
             top = max(guess[range(5), p].sum() for p in perms)
             optima = {table[range(5), p].sum() for p in perms if guess[range(5), p].sum() == top}
             assert own in optima and own * 1.25 < s["best_value"]
+
+
+@pytest.mark.parametrize(
+    ("k", "p_visible", "hard_ratio", "max_tries"),
+    [(2, 0.4, 1.25, 20000), (3, 0.4, 1.25, 20000), (3, 0.2, 1.1, 20000), (4, 0.2, 1.25, 300),
+     (2, 0.4, 1.25, 300), (6, 0.4, 1.25, 20000)],
+)  # fmt: skip
+def test_the_chunked_filter_keeps_what_a_plain_loop_keeps(k, p_visible, hard_ratio, max_tries):
+    """The filter judges draws a chunk at a time, bounding ties over all k! assignments, and
+    calls the solver only where the bounds leave a draw open. It keeps the attempt a plain loop
+    of attempts keeps (dialop's), and leaves the generator where that loop does, so every state
+    is the one the plain loop made (few-visible tables are full of ties; 300 tries run out)."""
+    for seed in range(25 if k < 6 else 4):
+        rng = np.random.default_rng(seed)
+        for attempt in range(1, max_tries + 1):  # noqa: B007 - the attempt kept
+            table = rng.integers(0, 100, size=(k, k))
+            visible = rng.random((2, k, k)) < p_visible
+            table[~visible[0] & ~visible[1]] = 50
+            scales = rng.uniform(1.0, 10.0, size=2)
+            best = best_assignment(table.astype(float))[1]
+            hard = max(own_view_values(table, visible)) < best / hard_ratio
+            if hard:
+                break
+        state = generate_state(seed, k, p_visible, hard_ratio, max_tries)
+        assert (state["attempts"], state["hard"]) == (attempt, hard)
+        assert state["scales"] == scales.tolist()
+        shuffle = rng.permutation(k), rng.permutation(k)  # the generator continues from here
+        assert state["table"] == table[np.ix_(*shuffle)].tolist()
 
 
 def test_no_position_is_informative():
