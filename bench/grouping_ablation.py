@@ -48,6 +48,7 @@ from sparring.cli.options import load_config, parse_params
 from sparring.loop import tasks
 from sparring.loop.config import CONFIG_DIR, PipelineConfig
 from sparring.loop.runner import run_loop
+from sparring.rollout import build_policies, load_inits, play_games
 from sparring.stats import mean_se, paired_gain
 
 
@@ -90,6 +91,36 @@ def vs_scripted(cfg: PipelineConfig, eval_dir: Path) -> dict[str, float]:
     return out
 
 
+def league(cfg: PipelineConfig, folder: Path, seed: int, arms: list[str]) -> dict[str, dict]:
+    """The seed's final checkpoints against each other on the val states (no arm was chosen on
+    them): in the j-th of A games per state power i is played by arm (i + j) mod A (A <= 7
+    arms), so every arm plays every power once against a mix of the others. Returns each arm's
+    reward by `<init>/<power>`, paired across arms by position; cached as league-seed-S.json."""
+    cache = folder / f"league-seed-{seed}.json"
+    if cache.exists():
+        return json.loads(cache.read_text())
+    roles, saved = cfg.game.cls.roles, json.loads((folder / "grouping_ablation.json").read_text())
+    if len(arms) > len(roles):
+        raise ValueError(f"a league seats at most {len(roles)} arms, got {len(arms)}")
+    last = {r["key"]: len(r["curve"]) - 1 for r in saved["runs"] if r["seed"] == seed}
+    models = {a: str(folder / f"{a}-seed-{seed}" / str(last[a]) / "trained") for a in arms}
+    policies = build_policies(cfg.game, None, arms, cfg.device, extra_models=models)
+    states = load_inits(folder / "warm" / "inits" / "val.parquet", cfg.eval.num_games)
+    seating = {
+        f"{init}@{j}": [arms[(i + j) % len(arms)] for i in range(len(roles))]
+        for init, _ in states
+        for j in range(len(arms))
+    }
+    runs = [(f"{init}@{j}", state) for init, state in states for j in range(len(arms))]
+    plan = [seating[run_id] for run_id, _ in runs]
+    out: dict[str, dict] = {a: {} for a in arms}
+    for ep in play_games(cfg.game, cfg.eval.rollout.sampling, runs, policies, plan):
+        for power, arm, reward in zip(roles, seating[ep.init_id], ep.rewards, strict=True):
+            out[arm][f"{ep.init_id.rsplit('@', 1)[0]}/{power}"] = reward
+    cache.write_text(json.dumps(out))
+    return out
+
+
 def paired(arm: dict[int, dict[str, float]], other: dict[int, dict[str, float]]) -> dict:
     """`arm` minus `other`, paired game by game within each training seed: the mean over seeds of
     each seed's mean difference and its 95% interval (Student's t over the seeds' means, whose
@@ -110,14 +141,14 @@ def summary(rewards: list[float]) -> dict:
     return {"mean": float(r.mean()), "se": se, "n": len(r)}
 
 
-def plot(arms: dict[str, dict], path: Path, title: str) -> None:
+def plot(arms: dict[str, dict], path: Path, title: str, ylabel: str) -> None:
     with saved_figure(path, title, size=(5, 3.5)) as ax:
         means, ses = [a["mean"] for a in arms.values()], [a["se"] for a in arms.values()]
         ax.bar(list(arms), means, yerr=ses, capsize=5, color="tab:blue")
         for i, arm in enumerate(arms.values()):
             seeds = arm.get("per_seed", {}).values()
             ax.plot([i] * len(seeds), list(seeds), "k.")
-        ax.set_ylabel("eval reward vs greedy (± s.e.; dots: seeds)")
+        ax.set_ylabel(f"{ylabel} (± s.e.; dots: seeds)")
         ax.set_xlabel("GRPO group key")
 
 
@@ -138,28 +169,42 @@ def report(folders: list[Path], out: Path) -> None:
     path = Path(saved[0]["config"])  # a shipped config, from another machine: by its name here
     path = path if path.exists() else CONFIG_DIR / path.name
     base = load_config(PipelineConfig, str(path), parse_params(tuple(saved[0]["set"])))
-    warm, games, runs = [], {}, []  # games: arm -> seed -> game id -> reward
+    warm, games, runs, played = [], {}, [], {}  # games, played: arm -> seed -> id -> reward
     for folder, s in zip(folders, saved, strict=True):
         warm += vs_scripted(base, folder / "warm" / "eval").values()
         for run in s["runs"]:
             last = folder / f"{run['key']}-seed-{run['seed']}" / str(len(run["curve"]) - 1)
             games.setdefault(run["key"], {})[run["seed"]] = vs_scripted(base, last / "eval")
             runs.append(run)
-    arms = {"warm start": summary(warm)}
-    for key, per_seed in games.items():
-        means = {seed: float(np.mean(list(g.values()))) for seed, g in per_seed.items()}
-        arms[key] = summary([r for g in per_seed.values() for r in g.values()]) | {
-            "per_seed": means
-        }
+        for seed in dict.fromkeys(r["seed"] for r in s["runs"]):
+            keys = [r["key"] for r in s["runs"] if r["seed"] == seed]
+            for key, rewards in league(base, folder, seed, keys).items():
+                played.setdefault(key, {})[int(seed)] = rewards
+    arms, leagues = {"warm start": summary(warm)}, {}
+    for table, per_arm in ((arms, games), (leagues, played)):
+        for key, per_seed in per_arm.items():
+            means = {seed: float(np.mean(list(g.values()))) for seed, g in per_seed.items()}
+            table[key] = summary([r for g in per_seed.values() for r in g.values()]) | {
+                "per_seed": means
+            }
     versus = {name: paired(games["country"], games[o]) for name, o in COMPARED if o in games}
-    for name, a in arms.items():
-        seeds = " ".join(f"{m:.4f}" for m in a.get("per_seed", {}).values())
-        print(f"{name:10s} {a['mean']:.4f} ± {a['se']:.4f} (n={a['n']}) {seeds}")
+    versus |= {
+        f"league_{name}": paired(played["country"], played[o])
+        for name, o in COMPARED
+        if o in played
+    }
+    for title, table in (("against greedy", arms), ("in the league", leagues)):
+        print(title)
+        for name, a in table.items():
+            seeds = " ".join(f"{m:.4f}" for m in a.get("per_seed", {}).values())
+            print(f"  {name:13s} {a['mean']:.4f} ± {a['se']:.4f} (n={a['n']}) {seeds}")
     kept = {k: saved[0][k] for k in ("config", "set", "metric")}
-    result = kept | {"arms": arms, "runs": runs, "versus": versus}
+    result = kept | {"arms": arms, "league": leagues, "runs": runs, "versus": versus}
     out.mkdir(parents=True, exist_ok=True)
     (out / "grouping_ablation.json").write_text(json.dumps(result, indent=1))
-    plot(arms, out / "grouping_ablation.png", f"{base.name}: reward vs {base.eval.opponent}")
+    title = f"{base.name}: the arms' final checkpoints"
+    plot(arms, out / "grouping_ablation.png", title, f"reward vs {base.eval.opponent}")
+    plot(leagues, out / "grouping_ablation_league.png", title, "reward against each other")
     print(f"results in {out}")
     for name, v in versus.items():
         print(f"RESULT {name}_gain {v['gain']:.4f}")

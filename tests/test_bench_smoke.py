@@ -104,7 +104,8 @@ def test_grouping_ablation_bench(tiny_model_dir, tmp_path, monkeypatch):
     """configs/diplomacy-ablation.yaml at smoke size: one seed of two arms runs the product loop
     from the shared warm start; an arm's score is its last evaluation's games against greedy
     (their mean is the champion metric), and the RESULT is country minus init_seat, paired game
-    by game, with its 95% interval. The report of the folder (what `--merge` prints) is the same."""
+    by game, with its 95% interval; then the arms' checkpoints play each other. The report of
+    the folder (what `--merge` prints) is the same."""
     pytest.importorskip("diplomacy")
     sets = (f"model={tiny_model_dir}", "iterations=1", "game_init.num_train=7")
     sets += ("game_init.num_val=1", "rollout.games_per_init=2", "games_per_iteration=14")
@@ -125,18 +126,28 @@ def test_grouping_ablation_bench(tiny_model_dir, tmp_path, monkeypatch):
         assert saved["arms"][run["key"]]["per_seed"] == {"0": pytest.approx(run["mean"])}
     gain = saved["arms"]["country"]["mean"] - saved["arms"]["init_seat"]["mean"]
     versus = saved["versus"]["country_vs_init_country"]  # paired: the same 7 games
-    assert list(saved["versus"]) == ["country_vs_init_country"]  # no init arm, no comparison
+    assert list(saved["versus"]) == ["country_vs_init_country", "league_country_vs_init_country"]
     assert versus["gain"] == pytest.approx(gain)
     low, high = versus["ci95"]
     assert low <= gain <= high and high - gain == pytest.approx(gain - low)
+    # the league: in each of 2 games per state the arms hold alternate powers, so each plays
+    # all 7 once; its comparison pairs the arms' rewards by state and power
+    league = saved["league"]
+    assert list(league) == list(keys) and all(league[k]["n"] == 7 for k in keys)
+    seats = json.loads((tmp_path / "league-seed-0.json").read_text())
+    assert sorted(seats["country"]) == sorted(seats["init_seat"])  # the same 7 positions
+    assert len({key.rsplit("/", 1)[1] for key in seats["country"]}) == 7
+    league_gain = league["country"]["mean"] - league["init_seat"]["mean"]
     results = [line.split()[1:] for line in lines if line.startswith("RESULT ")]
     assert [name for name, _ in results] == [
-        "country_vs_init_country_gain",
-        "country_vs_init_country_ci95_low",
-        "country_vs_init_country_ci95_high",
+        f"{prefix}country_vs_init_country_{stat}"
+        for prefix in ("", "league_")
+        for stat in ("gain", "ci95_low", "ci95_high")
     ]
-    assert [float(v) for _, v in results] == pytest.approx([gain, low, high], abs=5e-5)
-    assert (tmp_path / "grouping_ablation.png").stat().st_size > 1000
+    assert [float(v) for _, v in results[:3]] == pytest.approx([gain, low, high], abs=5e-5)
+    assert float(results[3][1]) == pytest.approx(league_gain, abs=5e-5)
+    for plot in ("grouping_ablation.png", "grouping_ablation_league.png"):
+        assert (tmp_path / plot).stat().st_size > 1000
     monkeypatch.syspath_prepend(str(ROOT / "bench"))  # its `from learning import ...`
     ablation = runpy.run_path(str(ROOT / "bench" / "grouping_ablation.py"))  # not as __main__
     with contextlib.redirect_stdout(io.StringIO()) as printed:  # --merge of the one folder
