@@ -16,18 +16,21 @@ per-country EMA baseline kept across updates (`train.advantage: rae` over the `r
 1. the config's warm start runs once (`sparring.loop.tasks`), so every arm starts from the same
    checkpoint; it is evaluated as the "warm start" bar
 2. per training seed and arm (`--keys`), `sparring.loop.runner.run_loop` from that
-   checkpoint with `train.group_key` = the key (or the `rae` fields): the loop `sparring run` runs, with files in
-   `--out` (no S3) and no tracking. A training seed moves the rollout's sampling seed (by 1000)
+   checkpoint with `train.group_key` = the key (or the `rae` fields): the loop `sparring run`
+   runs, with files in `--out` (no S3) and no tracking. A training seed moves the rollout's sampling seed (by 1000)
    and the GRPO seed; the states and the evaluation's draws are the same for every arm
 3. an arm's score is its last evaluation (the config's `eval`; Diplomacy's vs_scripted seats
    the learner in each country against each scripted bot on every val state): the learner's
    reward in each game against `eval.opponent` (greedy), whose mean is the champion metric
-4. prints a JSON line per finished run, writes grouping_ablation.json and grouping_ablation.png,
-   and compares country with `init_seat` (the state x country grouping seed 001's question is
-   about; Diplomacy calls it `init_country`) and with `init`, paired game by game within each
-   seed: `RESULT country_vs_init_country_gain <mean over seeds>` with `_ci95_low` and
-   `_ci95_high` (Student's t over the seeds' means; over the games with one seed), then the
-   same for `country_vs_init`
+4. the league (`league`): each seed's final checkpoints play each other on the val states,
+   every arm every power once per state, against a mix of the other arms
+5. prints a JSON line per finished run, writes grouping_ablation.json, grouping_ablation.png
+   and grouping_ablation_league.png, and compares country with `init_seat` (the state x
+   country grouping seed 001's question is about; Diplomacy calls it `init_country`) and with
+   `init`, paired game by game within each seed: `RESULT country_vs_init_country_gain <mean
+   over seeds>` with `_ci95_low` and `_ci95_high` (Student's t over the seeds' means; over the
+   games with one seed), then the same for `country_vs_init`, then both in the league
+   (`league_country_vs_init_country_gain`, ..., paired by state and power)
 
 `--merge DIR...` runs nothing: it reports the `--out` folders of earlier invocations (say one
 process per seed, side by side on one GPU) as one invocation with all their seeds would.
@@ -255,7 +258,7 @@ def main() -> None:
                                   "curve": curve, "rollout": rollout})  # fmt: skip
             print(json.dumps(saved["runs"][-1]), flush=True)
             (out / "grouping_ablation.json").write_text(json.dumps(saved, indent=1))
-    # 4. the report
+    # 4. the league and 5. the report
     report([out], out)
 
 
