@@ -172,9 +172,10 @@ def report(folders: list[Path], out: Path) -> None:
     path = Path(saved[0]["config"])  # a shipped config, from another machine: by its name here
     path = path if path.exists() else CONFIG_DIR / path.name
     base = load_config(PipelineConfig, str(path), parse_params(tuple(saved[0]["set"])))
-    warm, games, runs, played = [], {}, [], {}  # games, played: arm -> seed -> id -> reward
+    warm, games, runs, played = {}, {}, [], {}  # seed -> id -> reward; games, played by arm
     for folder, s in zip(folders, saved, strict=True):
-        warm += vs_scripted(base, folder / "warm" / "eval").values()
+        for seed in dict.fromkeys(r["seed"] for r in s["runs"]):  # each folder's own warm start
+            warm[seed] = vs_scripted(base, folder / "warm" / "eval")
         for run in s["runs"]:
             last = folder / f"{run['key']}-seed-{run['seed']}" / str(len(run["curve"]) - 1)
             games.setdefault(run["key"], {})[run["seed"]] = vs_scripted(base, last / "eval")
@@ -183,8 +184,8 @@ def report(folders: list[Path], out: Path) -> None:
             keys = [r["key"] for r in s["runs"] if r["seed"] == seed]
             for key, rewards in league(base, folder, seed, keys).items():
                 played.setdefault(key, {})[int(seed)] = rewards
-    arms, leagues = {"warm start": summary(warm)}, {}
-    for table, per_arm in ((arms, games), (leagues, played)):
+    arms, leagues = {}, {}
+    for table, per_arm in ((arms, {"warm start": warm} | games), (leagues, played)):
         for key, per_seed in per_arm.items():
             means = {seed: float(np.mean(list(g.values()))) for seed, g in per_seed.items()}
             table[key] = summary([r for g in per_seed.values() for r in g.values()]) | {
@@ -196,13 +197,30 @@ def report(folders: list[Path], out: Path) -> None:
         for name, o in COMPARED
         if o in played
     }
+    gains = {key: {"over warm start": paired(per_seed, warm)} for key, per_seed in games.items()}
+    for key in [k for k in games if k != "init_seat"]:  # every run has init_seat (`main`)
+        gains[key]["over init_seat"] = paired(games[key], games["init_seat"])
+        gains[key]["league, over init_seat"] = paired(played[key], played["init_seat"])
     for title, table in (("against greedy", arms), ("in the league", leagues)):
         print(title)
         for name, a in table.items():
             seeds = " ".join(f"{m:.4f}" for m in a.get("per_seed", {}).values())
             print(f"  {name:13s} {a['mean']:.4f} ± {a['se']:.4f} (n={a['n']}) {seeds}")
+    print("paired gains, mean over seeds [95% interval]")
+    for key, by in gains.items():
+        cells = (
+            f"{n} {v['gain']:+.4f} [{v['ci95'][0]:+.4f}, {v['ci95'][1]:+.4f}]"
+            for n, v in by.items()
+        )
+        print(f"  {key:13s} " + "; ".join(cells))
     kept = {k: saved[0][k] for k in ("config", "set", "metric")}
-    result = kept | {"arms": arms, "league": leagues, "runs": runs, "versus": versus}
+    result = kept | {
+        "arms": arms,
+        "league": leagues,
+        "gains": gains,
+        "runs": runs,
+        "versus": versus,
+    }
     out.mkdir(parents=True, exist_ok=True)
     (out / "grouping_ablation.json").write_text(json.dumps(result, indent=1))
     title = f"{base.name}: the arms' final checkpoints"

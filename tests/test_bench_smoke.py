@@ -130,6 +130,13 @@ def test_grouping_ablation_bench(tiny_model_dir, tmp_path, monkeypatch):
     assert versus["gain"] == pytest.approx(gain)
     low, high = versus["ci95"]
     assert low <= gain <= high and high - gain == pytest.approx(gain - low)
+    gains = saved["gains"]  # every arm over the warm start, and over init_seat
+    assert gains["country"]["over init_seat"] == versus and set(gains["init_seat"]) == {
+        "over warm start"
+    }
+    warm = saved["arms"]["warm start"]["mean"]
+    over_warm = gains["country"]["over warm start"]["gain"]
+    assert over_warm == pytest.approx(saved["arms"]["country"]["mean"] - warm)
     # the league: in each of 2 games per state the arms hold alternate powers, so each plays
     # all 7 once; its comparison pairs the arms' rewards by state and power
     league = saved["league"]
