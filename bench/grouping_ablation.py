@@ -144,15 +144,24 @@ def summary(rewards: list[float]) -> dict:
     return {"mean": float(r.mean()), "se": se, "n": len(r)}
 
 
-def plot(arms: dict[str, dict], path: Path, title: str, ylabel: str) -> None:
-    with saved_figure(path, title, size=(5, 3.5)) as ax:
-        means, ses = [a["mean"] for a in arms.values()], [a["se"] for a in arms.values()]
-        ax.bar(list(arms), means, yerr=ses, capsize=5, color="tab:blue")
-        for i, arm in enumerate(arms.values()):
-            seeds = arm.get("per_seed", {}).values()
-            ax.plot([i] * len(seeds), list(seeds), "k.")
-        ax.set_ylabel(f"{ylabel} (± s.e.; dots: seeds)")
-        ax.set_xlabel("GRPO group key")
+def plot(gains: dict[str, dict], path: Path, title: str, ylabel: str) -> None:
+    """Each arm's paired gain (a `paired` result) with its 95% interval; dots: the seeds."""
+    with saved_figure(path, title, size=(6, 3.5)) as ax:
+        names = list(gains)
+        mean = np.array([gains[n]["gain"] for n in names])
+        ci = np.array([gains[n]["ci95"] for n in names])  # (arms, 2)
+        ax.errorbar(range(len(names)), mean, yerr=[mean - ci[:, 0], ci[:, 1] - mean], fmt="o",
+                    capsize=5, color="tab:blue", label="mean over seeds, 95% interval")  # fmt: skip
+        for i, n in enumerate(names):
+            seeds = [d for d, _ in gains[n]["per_seed"].values()]
+            ax.plot(
+                [i + 0.15] * len(seeds), seeds, "k.", label="training seeds" if i == 0 else None
+            )
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set_xticks(range(len(names)), names, rotation=20)
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.set_xlabel("arm (GRPO group key)")
+        ax.legend(fontsize=7)
 
 
 # arms that are not a group key: their train fields (rae logs its groups' stats by country)
@@ -223,9 +232,15 @@ def report(folders: list[Path], out: Path) -> None:
     }
     out.mkdir(parents=True, exist_ok=True)
     (out / "grouping_ablation.json").write_text(json.dumps(result, indent=1))
-    title = f"{base.name}: the arms' final checkpoints"
-    plot(arms, out / "grouping_ablation.png", title, f"reward vs {base.eval.opponent}")
-    plot(leagues, out / "grouping_ablation_league.png", title, "reward against each other")
+    title = f"{base.name}: the arms' final checkpoints, paired"
+    over_warm = {key: by["over warm start"] for key, by in gains.items()}
+    league_gains = {
+        key: by["league, over init_seat"] for key, by in gains.items() if key != "init_seat"
+    }
+    plot(over_warm, out / "grouping_ablation.png", title,
+         f"reward vs {base.eval.opponent}: gain over the warm start")  # fmt: skip
+    plot(league_gains, out / "grouping_ablation_league.png", title,
+         "reward against each other: gain over init_seat")  # fmt: skip
     print(f"results in {out}")
     for name, v in versus.items():
         print(f"RESULT {name}_gain {v['gain']:.4f}")
