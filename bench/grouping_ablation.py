@@ -17,8 +17,9 @@ per-country EMA baseline kept across updates (`train.advantage: rae` over the `r
    checkpoint; it is evaluated as the "warm start" bar
 2. per training seed and arm (`--keys`), `sparring.loop.runner.run_loop` from that
    checkpoint with `train.group_key` = the key (or the `rae` fields): the loop `sparring run`
-   runs, with files in `--out` (no S3) and no tracking. A training seed moves the rollout's sampling seed (by 1000)
-   and the GRPO seed; the states and the evaluation's draws are the same for every arm
+   runs, with files in `--out` (no S3) and no tracking. A training seed moves the rollout's
+   sampling seed (by 1000) and the GRPO seed; the states and the evaluation's draws are the
+   same for every arm
 3. an arm's score is its last evaluation (the config's `eval`; Diplomacy's vs_scripted seats
    the learner in each country against each scripted bot on every val state): the learner's
    reward in each game against `eval.opponent` (greedy), whose mean is the champion metric
@@ -94,30 +95,33 @@ def vs_scripted(cfg: PipelineConfig, eval_dir: Path) -> dict[str, float]:
     return out
 
 
-def league(cfg: PipelineConfig, folder: Path, seed: int, arms: list[str]) -> dict[str, dict]:
-    """The seed's final checkpoints against each other on the val states (no arm was chosen on
-    them): in the j-th of A games per state power i is played by arm (i + j) mod A (A <= 7
-    arms), so every arm plays every power once against a mix of the others. Returns each arm's
-    reward by `<init>/<power>`, paired across arms by position; cached as league-seed-S.json."""
-    cache = folder / f"league-seed-{seed}.json"
+def final_dir(folder: Path, run: dict) -> Path:
+    """The folder of a run's last iteration (its `eval`, its `trained` checkpoint)."""
+    return folder / f"{run['key']}-seed-{run['seed']}" / str(len(run["curve"]) - 1)
+
+
+def league(cfg: PipelineConfig, folder: Path, runs: list[dict]) -> dict[str, dict]:
+    """One seed's `runs` (of `folder`), their final checkpoints against each other on the val
+    states (no arm was chosen on them): in the j-th of A games per state power i is played by
+    arm (i + j) mod A (A <= 7 arms), so every arm plays every power once against a mix of the
+    others. Returns each arm's reward by `<init>/<power>`, paired across arms by position;
+    cached as league-seed-S.json."""
+    cache = folder / f"league-seed-{runs[0]['seed']}.json"
     if cache.exists():
         return json.loads(cache.read_text())
-    roles, saved = cfg.game.cls.roles, json.loads((folder / "grouping_ablation.json").read_text())
+    roles, arms = cfg.game.cls.roles, [r["key"] for r in runs]
     if len(arms) > len(roles):
         raise ValueError(f"a league seats at most {len(roles)} arms, got {len(arms)}")
-    last = {r["key"]: len(r["curve"]) - 1 for r in saved["runs"] if r["seed"] == seed}
-    models = {a: str(folder / f"{a}-seed-{seed}" / str(last[a]) / "trained") for a in arms}
+    models = {r["key"]: str(final_dir(folder, r) / "trained") for r in runs}
     policies = build_policies(cfg.game, None, arms, cfg.device, extra_models=models)
-    states = load_inits(folder / "warm" / "inits" / "val.parquet", cfg.eval.num_games)
-    seating = {
-        f"{init}@{j}": [arms[(i + j) % len(arms)] for i in range(len(roles))]
-        for init, _ in states
-        for j in range(len(arms))
-    }
-    runs = [(f"{init}@{j}", state) for init, state in states for j in range(len(arms))]
-    plan = [seating[run_id] for run_id, _ in runs]
+    seating, games = {}, []  # game id -> the arm in each seat; (game id, state)
+    for init, state in load_inits(folder / "warm" / "inits" / "val.parquet", cfg.eval.num_games):
+        for j in range(len(arms)):
+            seating[f"{init}@{j}"] = [arms[(i + j) % len(arms)] for i in range(len(roles))]
+            games.append((f"{init}@{j}", state))
     out: dict[str, dict] = {a: {} for a in arms}
-    for ep in play_games(cfg.game, cfg.eval.rollout.sampling, runs, policies, plan):
+    plan = list(seating.values())
+    for ep in play_games(cfg.game, cfg.eval.rollout.sampling, games, policies, plan):
         for power, arm, reward in zip(roles, seating[ep.init_id], ep.rewards, strict=True):
             out[arm][f"{ep.init_id.rsplit('@', 1)[0]}/{power}"] = reward
     cache.write_text(json.dumps(out))
@@ -183,15 +187,15 @@ def report(folders: list[Path], out: Path) -> None:
     base = load_config(PipelineConfig, str(path), parse_params(tuple(saved[0]["set"])))
     warm, games, runs, played = {}, {}, [], {}  # seed -> id -> reward; games, played by arm
     for folder, s in zip(folders, saved, strict=True):
-        for seed in dict.fromkeys(r["seed"] for r in s["runs"]):  # each folder's own warm start
-            warm[seed] = vs_scripted(base, folder / "warm" / "eval")
+        runs += s["runs"]
         for run in s["runs"]:
-            last = folder / f"{run['key']}-seed-{run['seed']}" / str(len(run["curve"]) - 1)
-            games.setdefault(run["key"], {})[run["seed"]] = vs_scripted(base, last / "eval")
-            runs.append(run)
+            last = vs_scripted(base, final_dir(folder, run) / "eval")
+            games.setdefault(run["key"], {})[run["seed"]] = last
+        folder_warm = vs_scripted(base, folder / "warm" / "eval")  # one warm start per folder
         for seed in dict.fromkeys(r["seed"] for r in s["runs"]):
-            keys = [r["key"] for r in s["runs"] if r["seed"] == seed]
-            for key, rewards in league(base, folder, seed, keys).items():
+            warm[seed] = folder_warm
+            of_seed = [r for r in s["runs"] if r["seed"] == seed]
+            for key, rewards in league(base, folder, of_seed).items():
                 played.setdefault(key, {})[int(seed)] = rewards
     arms, leagues = {}, {}
     for table, per_arm in ((arms, {"warm start": warm} | games), (leagues, played)):
