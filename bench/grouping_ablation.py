@@ -100,15 +100,15 @@ def final_dir(folder: Path, run: dict) -> Path:
     return folder / f"{run['key']}-seed-{run['seed']}" / str(len(run["curve"]) - 1)
 
 
-def league(cfg: PipelineConfig, folder: Path, runs: list[dict]) -> dict[str, dict]:
+def league(cfg: PipelineConfig, folder: Path, runs: list[dict], play: bool = True) -> dict:
     """One seed's `runs` (of `folder`), their final checkpoints against each other on the val
     states (no arm was chosen on them): in the j-th of A games per state power i is played by
     arm (i + j) mod A (A <= 7 arms), so every arm plays every power once against a mix of the
     others. Returns each arm's reward by `<init>/<power>`, paired across arms by position;
-    cached as league-seed-S.json."""
+    cached as league-seed-S.json. With `play` False only the cache is read ({} without one)."""
     cache = folder / f"league-seed-{runs[0]['seed']}.json"
-    if cache.exists():
-        return json.loads(cache.read_text())
+    if cache.exists() or not play:
+        return json.loads(cache.read_text()) if cache.exists() else {}
     roles, arms = cfg.game.cls.roles, [r["key"] for r in runs]
     if len(arms) > len(roles):
         raise ValueError(f"a league seats at most {len(roles)} arms, got {len(arms)}")
@@ -177,10 +177,11 @@ VARIANTS = {
 COMPARED = (("country_vs_init_country", "init_seat"), ("country_vs_init", "init"))
 
 
-def report(folders: list[Path], out: Path) -> None:
+def report(folders: list[Path], out: Path, play: bool = True) -> None:
     """The report of the runs in `folders` (one invocation's `--out`, or several run side by
     side): each arm's last evaluation against the opponent, pooled and per seed, country against
-    the other arms paired game by game; grouping_ablation.json and .png in `out`."""
+    the other arms paired game by game; grouping_ablation.json and .png in `out`. With `play`
+    False (a merge) the league holds the seeds whose league was played where they ran."""
     saved = [json.loads((f / "grouping_ablation.json").read_text()) for f in folders]
     path = Path(saved[0]["config"])  # a shipped config, from another machine: by its name here
     path = path if path.exists() else CONFIG_DIR / path.name
@@ -195,7 +196,7 @@ def report(folders: list[Path], out: Path) -> None:
         for seed in dict.fromkeys(r["seed"] for r in s["runs"]):
             warm[seed] = folder_warm
             of_seed = [r for r in s["runs"] if r["seed"] == seed]
-            for key, rewards in league(base, folder, of_seed).items():
+            for key, rewards in league(base, folder, of_seed, play).items():
                 played.setdefault(key, {})[int(seed)] = rewards
     arms, leagues = {}, {}
     for table, per_arm in ((arms, {"warm start": warm} | games), (leagues, played)):
@@ -213,7 +214,8 @@ def report(folders: list[Path], out: Path) -> None:
     gains = {key: {"over warm start": paired(per_seed, warm)} for key, per_seed in games.items()}
     for key in [k for k in games if k != "init_seat"]:  # every run has init_seat (`main`)
         gains[key]["over init_seat"] = paired(games[key], games["init_seat"])
-        gains[key]["league, over init_seat"] = paired(played[key], played["init_seat"])
+        if played:
+            gains[key]["league, over init_seat"] = paired(played[key], played["init_seat"])
     for title, table in (("against greedy", arms), ("in the league", leagues)):
         print(title)
         for name, a in table.items():
@@ -239,12 +241,15 @@ def report(folders: list[Path], out: Path) -> None:
     title = f"{base.name}: the arms' final checkpoints, paired"
     over_warm = {key: by["over warm start"] for key, by in gains.items()}
     league_gains = {
-        key: by["league, over init_seat"] for key, by in gains.items() if key != "init_seat"
+        key: by["league, over init_seat"]
+        for key, by in gains.items()
+        if played and key != "init_seat"
     }
     plot(over_warm, out / "grouping_ablation.png", title,
          f"reward vs {base.eval.opponent}: gain over the warm start")  # fmt: skip
-    plot(league_gains, out / "grouping_ablation_league.png", title,
-         "reward against each other: gain over init_seat")  # fmt: skip
+    if league_gains:
+        plot(league_gains, out / "grouping_ablation_league.png", title,
+             "reward against each other: gain over init_seat")  # fmt: skip
     print(f"results in {out}")
     for name, v in versus.items():
         print(f"RESULT {name}_gain {v['gain']:.4f}")
@@ -270,7 +275,7 @@ def main() -> None:
     args = ap.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="sparring-ablation-"))
     if args.merge:
-        report([Path(f) for f in args.merge], out)
+        report([Path(f) for f in args.merge], out, play=False)
         return
     if not {"country", "init_seat"} <= set(args.keys):
         ap.error("--keys must include country and init_seat (the RESULT compares them)")

@@ -17,6 +17,10 @@ configs/kuhn.yaml, per training seed, scored by exact exploitability (open_spiel
    policy_final.json ({open_spiel information state: {"Pass": p, "Bet": q}}; Pass is check or
    fold, Bet is bet or call), and ends with `RESULT kuhn_exploitability_start`,
    `kuhn_exploitability_final` and their `_se_seeds` (standard error over training seeds)
+
+`--merge DIR...` runs nothing: it reports the `--out` folders of earlier invocations (say one
+process per seed, side by side on one GPU) as one, from the curves each wrote as it went; a
+run stopped early counts its last evaluation as its final.
 """
 
 from __future__ import annotations
@@ -68,34 +72,48 @@ def main() -> None:
                     help="override a config field (dotted path, YAML value); repeatable")  # fmt: skip
     ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds")
     ap.add_argument("--out", help="work folder (default: a temp folder)")
+    ap.add_argument("--merge", nargs="+", metavar="DIR",
+                    help="run nothing: report the --out folders of earlier invocations as one")  # fmt: skip
     args = ap.parse_args()
 
-    base = load_config(PipelineConfig, args.config, parse_params(tuple(args.set)))
     out = Path(args.out or tempfile.mkdtemp(prefix="sparring-kuhn-"))
     out.mkdir(parents=True, exist_ok=True)
-    curves: dict[int, list[dict]] = {}
+    if args.merge:
+        runs = [json.loads((Path(f) / "kuhn.json").read_text()) for f in args.merge]
+        report(runs[0] | {"curves": {k: c for r in runs for k, c in r["curves"].items()}}, out)
+        return
+    base = load_config(PipelineConfig, args.config, parse_params(tuple(args.set)))
+    saved = {"config": args.config, "set": args.set, "curves": {}}
+    curves: dict[int, list[dict]] = saved["curves"]
     # 1. every training seed through the product's loop; 2. each evaluation's exploitability
     for seed in args.seeds:
         curve = curves.setdefault(seed, [])
 
-        def report(it: Iteration, curve: list = curve, seed: int = seed) -> None:
+        def on_iteration(it: Iteration, curve: list = curve, seed: int = seed) -> None:
             shown = {k: it.metrics[k] for k in SHOWN if k in it.metrics}
             curve.append({"seed": seed, "iteration": it.iteration, METRIC: it.metrics[METRIC]})
             curve[-1] |= shown
             print(json.dumps(curve[-1]), flush=True)
-            (out / "kuhn.json").write_text(json.dumps({"config": args.config, "curves": curves}))
+            (out / "kuhn.json").write_text(json.dumps(saved))
 
         cfg = measured(base, seed, out)
-        result = run_loop(cfg, out / f"seed-{seed}", on_iteration=report)
+        result = run_loop(cfg, out / f"seed-{seed}", on_iteration=on_iteration)
         if seed == args.seeds[0]:  # 3. the first seed's tables
             for name, it in (("start", result.start), ("final", result.iterations[-1])):
                 (out / f"policy_{name}.json").write_text(
                     json.dumps(policy(cfg, it.model_dir), indent=1, sort_keys=True)
                 )
-    # 3. the report
+    report(saved, out)
+
+
+def report(saved: dict, out: Path) -> None:
+    """kuhn.json, kuhn.png and the RESULT lines of `saved` (config, set, curves by seed)."""
+    path = Path(saved["config"])  # a shipped config, from another machine: by its name here
+    path = path if path.exists() else CONFIG_DIR / path.name
+    base = load_config(PipelineConfig, str(path), parse_params(tuple(saved.get("set", []))))
+    curves = saved["curves"]
     start = [c[0][METRIC] for c in curves.values()]
     final = [c[-1][METRIC] for c in curves.values()]
-    saved = {"config": args.config, "set": args.set, "curves": curves}
     (out / "kuhn.json").write_text(json.dumps(saved, indent=1))
     plot(curves, out / "kuhn.png", f"{base.name} ({base.model}): exploitability per iteration")
     print(f"curves, tables and plot in {out}")

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from sample_frames import make_samples
@@ -161,6 +162,40 @@ def test_grouping_ablation_bench(tiny_model_dir, tmp_path, monkeypatch):
         ablation["report"]([tmp_path], tmp_path / "all")
     merged = [line for line in printed.getvalue().splitlines() if line.startswith("RESULT ")]
     assert merged == [line for line in lines if line.startswith("RESULT ")]
+    # merged where the checkpoints are not (another machine): the seeds' played leagues only
+    (tmp_path / "league-seed-0.json").unlink()
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        ablation["report"]([tmp_path], tmp_path / "elsewhere", play=False)
+    merged = [line for line in printed.getvalue().splitlines() if line.startswith("RESULT ")]
+    assert merged == [line for line in lines if line.startswith("RESULT country")]
+    assert (
+        json.loads((tmp_path / "elsewhere" / "grouping_ablation.json").read_text())["league"] == {}
+    )
+
+
+def test_kuhn_bench_merges_side_by_side_runs(tmp_path):
+    """`--merge` of per-seed folders: one kuhn.json with every seed's curve, a run stopped early
+    counting its last evaluation as final, and the RESULTs their mean and s.e. over seeds."""
+    exploitability = {"0": [0.8, 0.5, 0.34], "1": [0.34, 0.33]}  # seed 1 stopped early
+    for seed, values in exploitability.items():
+        curve = [{"seed": int(seed), "iteration": i - 1, "eval/exploitability": v}
+                 for i, v in enumerate(values)]  # fmt: skip
+        (tmp_path / seed).mkdir()
+        saved = {"config": "configs/kuhn-smollm2.yaml", "set": [], "curves": {seed: curve}}
+        (tmp_path / seed / "kuhn.json").write_text(json.dumps(saved))
+    out = tmp_path / "all"
+    folders = [str(tmp_path / seed) for seed in exploitability]
+    results = bench_results("kuhn.py", "--merge", *folders, "--out", str(out))
+    merged = json.loads((out / "kuhn.json").read_text())["curves"]
+    assert {seed: [r["eval/exploitability"] for r in c] for seed, c in merged.items()} == (
+        exploitability
+    )
+    start, final = [0.8, 0.34], [0.34, 0.33]
+    assert results["kuhn_exploitability_start"] == pytest.approx(np.mean(start), abs=1e-4)
+    assert results["kuhn_exploitability_final"] == pytest.approx(np.mean(final), abs=1e-4)
+    se = np.std(final, ddof=1) / np.sqrt(2)
+    assert results["kuhn_exploitability_final_se_seeds"] == pytest.approx(se, abs=1e-4)
+    assert (out / "kuhn.png").stat().st_size > 1000
 
 
 # The smallest run of a shipped recipe that still warm-starts, plays, trains and evaluates
