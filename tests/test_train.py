@@ -137,12 +137,40 @@ def test_gradient_accumulation_matches_one_big_micro_batch(tiny_model_dir, token
     df = make_samples(tokenizer, [1.0, 0.0, 0.3, 0.6])
     batch = collate(df, tokenizer.pad_token_id)
     grads = []
-    for micro in (4, 1):
+    for micro in (4, 2, 1):
         cfg = GRPOConfig(group_key="batch", mini_batch_size=4, micro_batch_size=micro)
         model = load_model(tiny_model_dir, CPU)
         grpo_update(model, batch, advantages_for(df, batch, cfg)[0], cfg, CPU)
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
-    assert torch.allclose(grads[0], grads[1], atol=1e-6) and grads[0].abs().sum() > 0
+    assert all(torch.allclose(grads[0], g, atol=1e-6) for g in grads[1:])
+    assert grads[0].abs().sum() > 0
+
+
+def test_micro_batches_group_rows_of_similar_length(tiny_model_dir, tokenizer):
+    """Each row once, longest first, so a chunk pads to its own longest: fewer padded tokens
+    than the given order; batched log-probs come back in the order the rows were asked in."""
+    df = make_samples(tokenizer, [1.0, 0.0, 0.3, 0.6, 0.9, 0.1])
+    batch = collate(df, tokenizer.pad_token_id)
+    lengths = batch.attention_mask.sum(1).tolist()
+    assert len(set(lengths)) > 2  # rows of different lengths, or nothing to sort
+    rows = [0, 1, 2, 3, 4, 5]
+    chunks = list(batch.micro_batches(rows, 2))
+    assert sorted(r for c in chunks for r in c) == rows
+    flat = [lengths[r] for c in chunks for r in c]
+    assert flat == sorted(flat, reverse=True)
+
+    def padded(chunked):
+        return sum(max(lengths[r] for r in c) * len(c) for c in chunked)
+
+    assert padded(chunks) <= padded([rows[i : i + 2] for i in range(0, 6, 2)])
+    model = load_model(tiny_model_dir, CPU)
+    cfg = GRPOConfig(mini_batch_size=2, micro_batch_size=2)
+    asked = [3, 0, 5]
+    got = batched_log_probs(model, batch, asked, cfg, CPU)  # (3, T-1)
+    for line, row in enumerate(asked):
+        one = batch.select([row])
+        want, _ = token_log_probs(model, one)
+        torch.testing.assert_close(got[line, : want.shape[1]], want[0], atol=1e-5, rtol=0)
 
 
 def test_checkpoint_loads_back_with_metrics(tiny_model_dir, tokenizer, tmp_path):
