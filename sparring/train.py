@@ -87,13 +87,17 @@ class Batch:
             return torch.zeros(len(self), dtype=torch.bool)
         return ~self.rollout_log_prob.isnan().any(1)
 
-    def micro_batches(self, rows: list[int], size: int) -> Iterator[list[int]]:
+    def micro_batches(
+        self, rows: list[int], size: int, by_length: bool = True
+    ) -> Iterator[list[int]]:
         """`rows` in chunks of `size`, longest rows first, so that each chunk pads to rows of
         similar length (46% of the tokens were padding in random chunks of `make run`'s
         rollouts, 23% fewer tokens sorted). A mini-batch's gradient does not depend on its
-        split: losses are aggregated against the whole mini-batch."""
+        split (losses are aggregated against the whole mini-batch) unless a loss term is
+        taken per micro-batch (the transfer loss): `by_length` False keeps the given order."""
         lengths = self.attention_mask.sum(1)  # (B,)
-        return _chunks(sorted(rows, key=lambda r: -int(lengths[r])), size)
+        ordered = sorted(rows, key=lambda r: -int(lengths[r])) if by_length else rows
+        return _chunks(ordered, size)
 
     def select(self, rows: list[int]) -> Batch:
         """Rows `rows`, trimmed to their longest sequence."""
@@ -321,6 +325,7 @@ def optimize(
     on_step: OnStep | None = None,
     carry: dict[str, Any] | None = None,
     span: int = 1,
+    by_length: bool = True,
 ) -> dict[str, float]:
     """AdamW steps over the mini-batches in `plan`, accumulating grads over micro-batches.
 
@@ -333,6 +338,8 @@ def optimize(
     `ActorConfig`, whose `global_batch_info` is set per mini-batch), so the accumulated
     gradient is the mini-batch loss's gradient. `on_step(step, metrics)` gets each optimizer
     step's loss, grad norm, token-weighted diagnostics and tokens/s as soon as it is taken.
+    `by_length` cuts each mini-batch into micro-batches longest rows first
+    (`Batch.micro_batches`).
     """
     params = policy_model.trainable_parameters(model)  # all weights, or only LoRA's
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -354,7 +361,7 @@ def optimize(
         grpo.set_global_batch(actor_cfg, batch.select(mini).response_mask)
         opt.zero_grad(set_to_none=True)
         loss_sum, step_sums, step_weight, step_tokens, t_step = 0.0, {}, 0.0, 0, time.perf_counter()
-        for rows in batch.micro_batches(mini, cfg.micro_batch_size):
+        for rows in batch.micro_batches(mini, cfg.micro_batch_size, by_length):
             mb = batch.select(rows).to(device)
             with _autocast(cfg, device):
                 loss, diag = micro_loss(model, mb, rows, actor_cfg)
@@ -651,6 +658,7 @@ def grpo_update(
         on_step,
         carry,
         cfg.lr_schedule_updates if carry is not None else 1,
+        by_length=not cfg.transfer_weight,  # the transfer loss pairs rows within a micro-batch
     )
     # 6. the mismatch, over the rows with the engine's log-probs and the start weights' (every
     # row; in bypass mode only the first mini-batch's, the only ones the start weights scored)

@@ -162,7 +162,9 @@ def test_micro_batches_group_rows_of_similar_length(tiny_model_dir, tokenizer):
     def padded(chunked):
         return sum(max(lengths[r] for r in c) * len(c) for c in chunked)
 
-    assert padded(chunks) <= padded([rows[i : i + 2] for i in range(0, 6, 2)])
+    given = [rows[i : i + 2] for i in range(0, 6, 2)]
+    assert padded(chunks) <= padded(given)
+    assert list(batch.micro_batches(rows, 2, by_length=False)) == given  # the transfer loss's
     model = load_model(tiny_model_dir, CPU)
     cfg = GRPOConfig(mini_batch_size=2, micro_batch_size=2)
     asked = [3, 0, 5]
