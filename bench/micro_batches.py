@@ -32,11 +32,12 @@ from sparring.cli.options import load_config, parse_params
 from sparring.loop.config import DEFAULT_CONFIG, PipelineConfig
 from sparring.train import Batch, advantages_for, collate, grpo_update, load_model, schedule
 
+SORTED = Batch.micro_batches
 
-def in_row_order(self: Batch, rows: list[int], size: int) -> Iterator[list[int]]:
+
+def in_row_order(self: Batch, rows: list[int], size: int, by_length: bool = True) -> Iterator:
     """The split before sorting: consecutive rows of the mini-batch as drawn."""
-    for i in range(0, len(rows), size):
-        yield rows[i : i + size]
+    return SORTED(self, rows, size, by_length=False)
 
 
 def padded_tokens(batch: Batch, plan: list[list[int]], size: int, split) -> int:
@@ -64,7 +65,7 @@ def main() -> None:
     advantages, _ = advantages_for(df, batch, cfg)
     plan = schedule(len(batch), cfg)
     real = int(batch.attention_mask.sum()) * cfg.epochs
-    sorted_tokens = padded_tokens(batch, plan, cfg.micro_batch_size, Batch.micro_batches)
+    sorted_tokens = padded_tokens(batch, plan, cfg.micro_batch_size, SORTED)
     order_tokens = padded_tokens(batch, plan, cfg.micro_batch_size, in_row_order)
 
     def update(split) -> tuple[float, torch.Tensor]:
@@ -77,7 +78,7 @@ def main() -> None:
 
     times: dict[str, list[float]] = {"sorted": [], "row order": []}
     for _ in range(args.repeats):
-        (t_sorted, w_sorted), (t_order, w_order) = update(Batch.micro_batches), update(in_row_order)
+        (t_sorted, w_sorted), (t_order, w_order) = update(SORTED), update(in_row_order)
         times["sorted"].append(t_sorted)
         times["row order"].append(t_order)
     median = {name: statistics.median(ts) for name, ts in times.items()}
