@@ -45,7 +45,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from learning import saved_figure  # bench/learning.py, next to this file
+from learning import saved_config, saved_figure  # bench/learning.py, next to this file
 from scipy import stats
 
 from sparring.cli.options import load_config, parse_params
@@ -183,9 +183,7 @@ def report(folders: list[Path], out: Path, play: bool = True) -> None:
     the other arms paired game by game; grouping_ablation.json and .png in `out`. With `play`
     False (a merge) the league holds the seeds whose league was played where they ran."""
     saved = [json.loads((f / "grouping_ablation.json").read_text()) for f in folders]
-    path = Path(saved[0]["config"])  # a shipped config, from another machine: by its name here
-    path = path if path.exists() else CONFIG_DIR / path.name
-    base = load_config(PipelineConfig, str(path), parse_params(tuple(saved[0]["set"])))
+    base = saved_config(saved[0])
     warm, games, runs, played = {}, {}, [], {}  # seed -> id -> reward; games, played by arm
     for folder, s in zip(folders, saved, strict=True):
         runs += s["runs"]

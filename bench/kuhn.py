@@ -30,7 +30,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from learning import measured, saved_figure  # bench/learning.py, next to this file
+from learning import measured, saved_config, saved_figure  # bench/learning.py, next to this file
 
 from sparring.cli.options import load_config, parse_params
 from sparring.games.textarena.exploitability import read_policy
@@ -108,9 +108,7 @@ def main() -> None:
 
 def report(saved: dict, out: Path) -> None:
     """kuhn.json, kuhn.png and the RESULT lines of `saved` (config, set, curves by seed)."""
-    path = Path(saved["config"])  # a shipped config, from another machine: by its name here
-    path = path if path.exists() else CONFIG_DIR / path.name
-    base = load_config(PipelineConfig, str(path), parse_params(tuple(saved.get("set", []))))
+    base = saved_config(saved)
     curves = saved["curves"]
     start = [c[0][METRIC] for c in curves.values()]
     final = [c[-1][METRIC] for c in curves.values()]

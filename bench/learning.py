@@ -71,7 +71,7 @@ import torch
 
 import sparring.train
 from sparring.cli.options import load_config, parse_params
-from sparring.loop.config import DEFAULT_CONFIG, PipelineConfig
+from sparring.loop.config import CONFIG_DIR, DEFAULT_CONFIG, PipelineConfig
 from sparring.loop.control import compare, control_config, final_difference, format_comparison
 from sparring.loop.replicates import TRIVIAL, Replicate, format_replicates, seeded, summarize
 from sparring.loop.runner import Iteration, LoopResult, run_loop
@@ -104,6 +104,14 @@ def measured(base: PipelineConfig, seed: int, out: Path) -> PipelineConfig:
     update["storage"] = base.storage.model_copy(update={"root": str(out / "store")})
     update["tracking"] = base.tracking.model_copy(update={"enabled": False})
     return seeded(base, seed).model_copy(update=update)
+
+
+def saved_config(saved: dict) -> PipelineConfig:
+    """The config a bench's saved report names (`config`, `set`); a shipped config written on
+    another machine is found by its name here."""
+    path = Path(saved["config"])
+    path = path if path.exists() else CONFIG_DIR / path.name
+    return load_config(PipelineConfig, str(path), parse_params(tuple(saved.get("set", []))))
 
 
 def row(seed: int, it: Iteration, metric: str) -> dict:
