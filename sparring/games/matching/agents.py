@@ -9,16 +9,25 @@ Strategy, one seat's point of view:
    otherwise reject. After a reject (the rejecting seat keeps the turn, as in dialop) each
    seat shares everything it knows before proposing again, so the next plan uses both views.
 It only reads its own view (`state["views"][seat]`) and its own chat.
+
+`ScratchpadMatchingAgent` plays the same moves and writes its working on the lines before each
+proposal and answer (the game lets reasoning precede the action line, and the partner sees only
+the action): the partner's cells converted into its own units, the merged table, every plan's
+total when there are few (k! <= `max_plans`) or else the best one, and the total it compares
+when it answers. Imitating it shows a model the computation, not only its result.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
 
 import numpy as np
 
 from sparring.games.matching.game import MatchingGame
 from sparring.games.matching.parse import match_name
+from sparring.games.matching.prompt import render_table
 from sparring.games.matching.table import best_assignment
 
 
@@ -37,12 +46,10 @@ class ScriptedMatchingAgent:
         chat = game.messages(seat)
         heard = self._heard_cells(chat, state)
         last = chat[-1]["content"]
-        merged = self._merge(own, heard)
+        merged, ratio = self._merge(own, heard)
         pending = _pending_proposal(last, state)
         if pending is not None:
-            _, best = best_assignment(merged)
-            value = merged[np.arange(len(pending)), pending].sum()
-            return "[accept]" if value >= self.accept_ratio * best else "[reject]"
+            return self._answer(state, merged, pending)
         mine = [
             m["content"] for m in chat if m["role"] == "assistant" and "[message]" in m["content"]
         ]
@@ -50,11 +57,28 @@ class ScriptedMatchingAgent:
         shared_all = any(len(cell.findall(m)) >= (~np.isnan(own)).sum() for m in mine)
         rejected = "You rejected the proposal" in last or "Partner: [reject]" in last
         if heard and not (rejected and not shared_all):
-            cols, _ = best_assignment(merged)
-            return game.render_proposal(cols)
+            return self._propose(game, own, heard, ratio, merged)
         # Share the top cells first, then everything once a plan was rejected.
         limit = None if rejected or mine else (self.max_share or 2 * state["k"])
         return self._share(own, state, limit)
+
+    def _answer(self, state: dict, merged: np.ndarray, pending: list[int]) -> str:
+        """Accept a plan worth `accept_ratio` of the best on the merged table."""
+        _, best = best_assignment(merged)
+        value = merged[np.arange(len(pending)), pending].sum()
+        return "[accept]" if value >= self.accept_ratio * best else "[reject]"
+
+    def _propose(
+        self,
+        game: MatchingGame,
+        own: np.ndarray,
+        heard: dict[tuple[int, int], float],
+        ratio: float,
+        merged: np.ndarray,
+    ) -> str:
+        """The Hungarian optimum of the merged table."""
+        cols, _ = best_assignment(merged)
+        return game.render_proposal(cols)
 
     @staticmethod
     def _share(own: np.ndarray, state: dict, limit: int | None) -> str:
@@ -91,8 +115,9 @@ class ScriptedMatchingAgent:
         return heard
 
     @staticmethod
-    def _merge(own: np.ndarray, heard: dict[tuple[int, int], float]) -> np.ndarray:
-        """Own cells + partner cells rescaled into own units; unknown cells = own mean."""
+    def _merge(own: np.ndarray, heard: dict[tuple[int, int], float]) -> tuple[np.ndarray, float]:
+        """Own cells + partner cells rescaled into own units (times the returned ratio);
+        unknown cells = own mean."""
         known = own[~np.isnan(own)]
         mean_own = float(known.mean()) if known.size else 50.0
         ratio = 1.0
@@ -104,7 +129,68 @@ class ScriptedMatchingAgent:
         for (r, p), v in heard.items():
             if np.isnan(merged[r, p]):
                 merged[r, p] = v * ratio
-        return np.where(np.isnan(merged), mean_own, merged)
+        return np.where(np.isnan(merged), mean_own, merged), ratio
+
+
+class ScratchpadMatchingAgent(ScriptedMatchingAgent):
+    """The scripted agent, writing its working before each proposal and answer (see the
+    module docstring). Its merged table is rounded to whole numbers, so every sum it writes
+    adds up."""
+
+    def __init__(self, max_plans: int = 6, **params: float) -> None:
+        super().__init__(**params)
+        self.max_plans = max_plans  # list every plan's total when k! <= this
+
+    def _answer(self, state: dict, merged: np.ndarray, pending: list[int]) -> str:
+        table = np.rint(merged)
+        cols, best = best_assignment(table)
+        work = f"Your plan on my table: {_plan(state, table, pending)}. My best: {int(best)}."
+        return work + "\n" + super()._answer(state, table, pending)
+
+    def _propose(
+        self,
+        game: MatchingGame,
+        own: np.ndarray,
+        heard: dict[tuple[int, int], float],
+        ratio: float,
+        merged: np.ndarray,
+    ) -> str:
+        state, table = game.state, np.rint(merged)
+        names = state["reviewers"], state["papers"]
+        used = [(c, v) for c, v in sorted(heard.items()) if np.isnan(own[c])]
+        lines = []
+        if used:
+            cells = ", ".join(
+                f"{names[0][r]} {names[1][p]} {int(v)}x{ratio:.2f}={int(table[r, p])}"
+                for (r, p), v in used
+            )
+            lines.append(f"Partner's numbers in my units: {cells}")
+        views = [
+            [
+                f"~{int(table[r, p])}"
+                if np.isnan(own[r, p]) and (r, p) not in heard
+                else str(int(table[r, p]))
+                for p in range(len(table))
+            ]
+            for r in range(len(table))
+        ]
+        lines += ["My table with them (~: nobody shared it, my average):"]
+        lines += [render_table({**state, "views": [views]}, 0)]
+        k = len(table)
+        if math.factorial(k) <= self.max_plans:
+            lines += [f"Plans (papers for {', '.join(state['reviewers'])}):"] + [
+                _plan(state, table, list(perm)) for perm in itertools.permutations(range(k))
+            ]
+        cols, _ = best_assignment(table)
+        lines.append(f"Best: {_plan(state, table, cols)}")
+        return "\n".join([*lines, game.render_proposal(cols)])
+
+
+def _plan(state: dict, table: np.ndarray, cols: list[int]) -> str:
+    """`BLEU GloVe = 58+120 = 178`: a plan's papers in reviewer order, its cells, its total."""
+    values = [int(table[r, c]) for r, c in enumerate(cols)]
+    papers = " ".join(state["papers"][c] for c in cols)
+    return f"{papers} = {'+'.join(map(str, values))} = {sum(values)}"
 
 
 def _cell_re(state: dict) -> re.Pattern[str]:

@@ -103,7 +103,10 @@ class MatchingGame(Game):
 
     name = "matching"
     roles = ("player_a", "player_b")
-    agents = {"matching-scripted": "sparring.games.matching.agents:ScriptedMatchingAgent"}
+    agents = {
+        "matching-scripted": "sparring.games.matching.agents:ScriptedMatchingAgent",
+        "matching-scratchpad": "sparring.games.matching.agents:ScratchpadMatchingAgent",
+    }
     default_opponent = "matching-scripted"
 
     def __init__(self, **params: Any) -> None:

@@ -11,7 +11,8 @@ and its rule parameters; this class turns the environment into a Sparring game:
   and nothing else's randomness moves.
 - Chat: a seat's first observation (TextArena's prompt) is its system message; every later
   observation it receives becomes user text (`[GAME] ...`, `[Player 1] ...`); its own actions
-  are its assistant messages. A seat to move with nothing new to read is told `Your move.`.
+  are its assistant messages. A seat to move with nothing new to read is told `Your move.`;
+  a subclass may end every decision's observation with a `cue` (Kuhn Poker's card, restated).
 - The `ok` contract: TextArena marks an invalid move by asking the same player again (up to
   `max_retries` times, TextArena's `error_allowance`); then the player forfeits, and in
   TextArena that loses the game: `ok=False, forfeited=True`, and the game is over.
@@ -189,6 +190,13 @@ class TextArenaGame(Game):
         for seat in self.pending_seats:
             if self._chat[seat][-1]["role"] != "user":
                 self._tell(seat, "[GAME] Your move.")
+            cue = self.cue(seat)
+            if cue and not self._chat[seat][-1]["content"].endswith(cue):
+                self._tell(seat, cue)
+
+    def cue(self, seat: int) -> str | None:
+        """A line that ends `seat`'s observation at each of its decisions (None: no line)."""
+        return None
 
     # ---- for agents and metrics ------------------------------------------------------------
     @property

@@ -44,7 +44,13 @@ class KuhnPoker(TextArenaGame):
     }
     default_opponent = "kuhn-poker-scripted"
 
-    def __init__(self, max_rounds: int = 3, max_retries: int = 1, reward: str = "win") -> None:
+    def __init__(
+        self,
+        max_rounds: int = 3,
+        max_retries: int = 1,
+        reward: str = "win",
+        restate_card: bool = False,
+    ) -> None:
         if max_rounds < 1:
             raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
         if reward not in ("win", "chips"):
@@ -53,6 +59,9 @@ class KuhnPoker(TextArenaGame):
         """`win`: TextArena's outcome (1 win, 0.5 draw, 0 loss); `chips`: the chips won,
         (chips + 2 max_rounds) / (4 max_rounds), so a hand's value counts as in Kuhn Poker
         (a forfeit still scores 0, and the other seat 1)."""
+        self.restate_card = restate_card
+        """End every decision's observation with `[GAME] Your card: K.` (TextArena says the
+        card once, when the hand is dealt, hundreds of tokens before a late decision)."""
         super().__init__(max_retries, max_rounds=max_rounds)
 
     @classmethod
@@ -71,6 +80,10 @@ class KuhnPoker(TextArenaGame):
         if seat not in self.pending_seats:
             return []
         return [f"[{move}]" for move in self.game_state["current_legal_action_tree"]]
+
+    def cue(self, seat: int) -> str | None:
+        """`[GAME] Your card: K.` with `restate_card`."""
+        return f"[GAME] Your card: {self.card(seat)}." if self.restate_card else None
 
     @property
     def rewards(self) -> list[float]:
