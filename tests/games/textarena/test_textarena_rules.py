@@ -172,3 +172,25 @@ def test_state_for_other_rules_is_refused():
         make_game("kuhn-poker", max_rounds=1).reset(
             {**state, "game_state": {**state["game_state"], "pot": 7}}
         )
+
+
+def test_kuhn_restate_card_ends_every_decision_with_the_seats_card():
+    """`restate_card`: each decision's observation ends with the seat's card of that hand,
+    once, on a retry too; without it the card is said only when the hand is dealt."""
+    game = make_game("kuhn-poker", max_rounds=2, restate_card=True)
+    game.reset(game.generate_state(4))
+    agent = game.make_agent("kuhn-poker-random")
+    decisions = 0
+    while not game.done:
+        seat = game.current_seat
+        last = game.messages(seat)[-1]["content"]
+        cue = f"[GAME] Your card: {game.card(seat)}."
+        assert last.endswith(cue) and last.count(cue) == 1
+        if decisions == 0:  # an invalid move first: the retry's observation ends with the card
+            assert not game.step(seat, "[raise]").ok
+            assert game.messages(seat)[-1]["content"].endswith(cue)
+        assert game.step(seat, agent.act(game, seat)).ok
+        decisions += 1
+    plain = make_game("kuhn-poker", max_rounds=2)
+    plain.reset(plain.generate_state(4))
+    assert "Your card:" not in plain.messages(plain.current_seat)[-1]["content"]
