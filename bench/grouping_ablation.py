@@ -20,11 +20,13 @@ per-country EMA baseline kept across updates (`train.advantage: rae` over the `r
    runs, with files in `--out` (no S3) and no tracking. A training seed moves the rollout's
    sampling seed (by 1000) and the GRPO seed; the states and the evaluation's draws are the
    same for every arm
-3. an arm's score is its last evaluation (the config's `eval`; Diplomacy's vs_scripted seats
-   the learner in each country against each scripted bot on every val state): the learner's
-   reward in each game against `eval.opponent` (greedy), whose mean is the champion metric
-4. the league (`league`): each seed's final checkpoints play each other on the val states,
-   every arm every power once per state, against a mix of the other arms
+3. an arm's score is its final model's evaluation on the held-out test states (the loop's test
+   step, with `game_init.num_test` > 0 as in the recipe; without test states, its last
+   evaluation on val): the learner in each country against `eval.opponent` (greedy), its
+   reward per game, whose mean is the champion metric. The warm start's score is the test
+   step's start, the same checkpoint for every arm
+4. the league (`league`): each seed's final checkpoints play each other on the same states
+   (test, else val), every arm every power once per state, against a mix of the other arms
 5. prints a JSON line per finished run, writes grouping_ablation.json, grouping_ablation.png
    and grouping_ablation_league.png, and compares country with `init_seat` (the state x
    country grouping seed 001's question is about; Diplomacy calls it `init_country`) and with
@@ -89,10 +91,32 @@ def vs_scripted(cfg: PipelineConfig, eval_dir: Path) -> dict[str, float]:
     games = json.loads((eval_dir / "rewards.json").read_text())["vs_scripted"]
     roles, out = cfg.game.cls.roles, {}
     for game in games:
-        _, bot, country = game["game_id"].split("#")[0].rsplit("/", 2)
-        if bot == cfg.eval.opponent:
+        if _bot(game["game_id"]) == cfg.eval.opponent:
+            _, _, country = game["game_id"].split("#")[0].rsplit("/", 2)
             out[game["game_id"]] = game["rewards"][roles.index(country)]
     return out
+
+
+def _bot(game_id: str) -> str:
+    """The scripted opponent of a vs_scripted game id."""
+    return game_id.split("#")[0].rsplit("/", 2)[1]
+
+
+def scores(cfg: PipelineConfig, folder: Path, run: dict, model: str = "final") -> dict[str, float]:
+    """The learner's reward per game against `cfg.eval.opponent` of a run's `final` model (or
+    its `start`, the warm start) on the test states (its test step), else on val (its last
+    evaluation; the warm start's own evaluation)."""
+    test = folder / f"{run['key']}-seed-{run['seed']}" / "test" / "test.json"
+    if test.exists():
+        games = json.loads(test.read_text())["scores"][model]
+        return {g: r for g, r in games.items() if _bot(g) == cfg.eval.opponent}
+    return vs_scripted(cfg, final_dir(folder, run) / "eval" if model == "final" else
+                       folder / "warm" / "eval")  # fmt: skip
+
+
+def split(folder: Path) -> str:
+    """The states the arms are scored on: test where game-init wrote them, else val."""
+    return "test" if (folder / "warm" / "inits" / "test.parquet").exists() else "val"
 
 
 def final_dir(folder: Path, run: dict) -> Path:
@@ -101,12 +125,14 @@ def final_dir(folder: Path, run: dict) -> Path:
 
 
 def league(cfg: PipelineConfig, folder: Path, runs: list[dict], play: bool = True) -> dict:
-    """One seed's `runs` (of `folder`), their final checkpoints against each other on the val
-    states (no arm was chosen on them): in the j-th of A games per state power i is played by
-    arm (i + j) mod A (A <= 7 arms), so every arm plays every power once against a mix of the
-    others. Returns each arm's reward by `<init>/<power>`, paired across arms by position;
-    cached as league-seed-S.json. With `play` False only the cache is read ({} without one)."""
-    cache = folder / f"league-seed-{runs[0]['seed']}.json"
+    """One seed's `runs` (of `folder`), their final checkpoints against each other on the test
+    states (else val; no arm was chosen on either): in the j-th of A games per state power i is
+    played by arm (i + j) mod A (A <= 7 arms), so every arm plays every power once against a
+    mix of the others. Returns each arm's reward by `<init>/<power>`, paired across arms by
+    position; cached as league-seed-S.json (league-test-seed-S.json on test). With `play`
+    False only the cache is read ({} without one)."""
+    states = split(folder)
+    cache = folder / f"league-{'test-' if states == 'test' else ''}seed-{runs[0]['seed']}.json"
     if cache.exists() or not play:
         return json.loads(cache.read_text()) if cache.exists() else {}
     roles, arms = cfg.game.cls.roles, [r["key"] for r in runs]
@@ -115,7 +141,8 @@ def league(cfg: PipelineConfig, folder: Path, runs: list[dict], play: bool = Tru
     models = {r["key"]: str(final_dir(folder, r) / "trained") for r in runs}
     policies = build_policies(cfg.game, None, arms, cfg.device, extra_models=models)
     seating, games = {}, []  # game id -> the arm in each seat; (game id, state)
-    for init, state in load_inits(folder / "warm" / "inits" / "val.parquet", cfg.eval.num_games):
+    for init, state in load_inits(folder / "warm" / "inits" / f"{states}.parquet",
+                                  cfg.eval.num_games):  # fmt: skip
         for j in range(len(arms)):
             seating[f"{init}@{j}"] = [arms[(i + j) % len(arms)] for i in range(len(roles))]
             games.append((f"{init}@{j}", state))
@@ -188,12 +215,10 @@ def report(folders: list[Path], out: Path, play: bool = True) -> None:
     for folder, s in zip(folders, saved, strict=True):
         runs += s["runs"]
         for run in s["runs"]:
-            last = vs_scripted(base, final_dir(folder, run) / "eval")
-            games.setdefault(run["key"], {})[run["seed"]] = last
-        folder_warm = vs_scripted(base, folder / "warm" / "eval")  # one warm start per folder
+            games.setdefault(run["key"], {})[run["seed"]] = scores(base, folder, run)
         for seed in dict.fromkeys(r["seed"] for r in s["runs"]):
-            warm[seed] = folder_warm
             of_seed = [r for r in s["runs"] if r["seed"] == seed]
+            warm[seed] = scores(base, folder, of_seed[0], "start")  # every arm's start
             for key, rewards in league(base, folder, of_seed, play).items():
                 played.setdefault(key, {})[int(seed)] = rewards
     arms, leagues = {}, {}
@@ -215,7 +240,7 @@ def report(folders: list[Path], out: Path, play: bool = True) -> None:
         if played:
             gains[key]["league, over init_seat"] = paired(played[key], played["init_seat"])
     for title, table in (("against greedy", arms), ("in the league", leagues)):
-        print(title)
+        print(f"{title}, on the {split(folders[0])} states")
         for name, a in table.items():
             seeds = " ".join(f"{m:.4f}" for m in a.get("per_seed", {}).values())
             print(f"  {name:13s} {a['mean']:.4f} ± {a['se']:.4f} (n={a['n']}) {seeds}")
@@ -228,6 +253,7 @@ def report(folders: list[Path], out: Path, play: bool = True) -> None:
         print(f"  {key:13s} " + "; ".join(cells))
     kept = {k: saved[0][k] for k in ("config", "set", "metric")}
     result = kept | {
+        "states": split(folders[0]),
         "arms": arms,
         "league": leagues,
         "gains": gains,
@@ -291,11 +317,10 @@ def main() -> None:
             cfg = local(base, out, run_name=run.name, model=str(warm), warm_start=None,
                         **seeded, **arm)  # fmt: skip
             its = run_loop(cfg, run).iterations
-            games = vs_scripted(cfg, run / str(its[-1].iteration) / "eval").values()
             curve = [it.metrics[cfg.champion_metric] for it in its]
             rollout = [it.metrics["rollout/normalized_reward"] for it in its]
-            saved["runs"].append({"key": key, "seed": seed, **summary(list(games)),
-                                  "curve": curve, "rollout": rollout})  # fmt: skip
+            saved["runs"].append({"key": key, "seed": seed, "curve": curve, "rollout": rollout})
+            saved["runs"][-1] |= summary(list(scores(cfg, out, saved["runs"][-1]).values()))
             print(json.dumps(saved["runs"][-1]), flush=True)
             (out / "grouping_ablation.json").write_text(json.dumps(saved, indent=1))
     # 4. the league and 5. the report

@@ -104,13 +104,15 @@ def test_diplomacy_rollout_bench(tiny_model_dir):
 
 def test_grouping_ablation_bench(tiny_model_dir, tmp_path, monkeypatch):
     """configs/diplomacy-ablation.yaml at smoke size: one seed of two arms runs the product loop
-    from the shared warm start; an arm's score is its last evaluation's games against greedy
-    (their mean is the champion metric), and the RESULT is country minus init_seat, paired game
-    by game, with its 95% interval; then the arms' checkpoints play each other. The report of
-    the folder (what `--merge` prints) is the same."""
+    from the shared warm start; an arm's score is its final model's games against greedy on
+    the test state (the loop's test step; the val curve is the champion metric), and the
+    RESULT is country minus init_seat, paired game by game, with its 95% interval; then the
+    arms' checkpoints play each other on the test state. The report of the folder (what
+    `--merge` prints) is the same."""
     pytest.importorskip("diplomacy")
     sets = (f"model={tiny_model_dir}", "iterations=1", "game_init.num_train=7")
-    sets += ("game_init.num_val=1", "rollout.games_per_init=2", "games_per_iteration=14")
+    sets += ("game_init.num_val=1", "game_init.num_test=1")
+    sets += ("rollout.games_per_init=2", "games_per_iteration=14")
     sets += ("warm_start.num_states=1", "warm_start.train.epochs=1")
     sets += ("rollout.sampling.max_new_tokens=8", "eval.rollout.sampling.max_new_tokens=8")
     args = [arg for pair in sets for arg in ("--set", pair)]
@@ -123,9 +125,13 @@ def test_grouping_ablation_bench(tiny_model_dir, tmp_path, monkeypatch):
     runs = saved["runs"]
     assert [(r["key"], r["seed"]) for r in runs] == [(k, 0) for k in keys]
     assert [json.loads(line) for line in lines if line.startswith("{")] == runs  # one per run
-    for run in runs:  # 1 val state x 7 countries vs greedy; the last eval is the champion metric
-        assert run["n"] == 7 and run["curve"] == [pytest.approx(run["mean"])]
+    assert saved["states"] == "test"
+    for run in runs:  # 1 test state x 7 countries vs greedy, the loop's test step's final model
+        test = json.loads((tmp_path / f"{run['key']}-seed-0" / "test" / "test.json").read_text())
+        assert run["n"] == 7 and run["mean"] == pytest.approx(test["figures"]["test/final"])
+        assert len(run["curve"]) == 1  # the val curve: the champion metric per iteration
         assert saved["arms"][run["key"]]["per_seed"] == {"0": pytest.approx(run["mean"])}
+    assert saved["arms"]["warm start"]["mean"] == pytest.approx(test["figures"]["test/start"])
     gain = saved["arms"]["country"]["mean"] - saved["arms"]["init_seat"]["mean"]
     versus = saved["versus"]["country_vs_init_country"]  # paired: the same 7 games
     assert list(saved["versus"]) == ["country_vs_init_country", "league_country_vs_init_country"]
@@ -143,7 +149,7 @@ def test_grouping_ablation_bench(tiny_model_dir, tmp_path, monkeypatch):
     # all 7 once; its comparison pairs the arms' rewards by state and power
     league = saved["league"]
     assert list(league) == list(keys) and all(league[k]["n"] == 7 for k in keys)
-    seats = json.loads((tmp_path / "league-seed-0.json").read_text())
+    seats = json.loads((tmp_path / "league-test-seed-0.json").read_text())
     assert sorted(seats["country"]) == sorted(seats["init_seat"])  # the same 7 positions
     assert len({key.rsplit("/", 1)[1] for key in seats["country"]}) == 7
     league_gain = league["country"]["mean"] - league["init_seat"]["mean"]
@@ -164,7 +170,7 @@ def test_grouping_ablation_bench(tiny_model_dir, tmp_path, monkeypatch):
     merged = [line for line in printed.getvalue().splitlines() if line.startswith("RESULT ")]
     assert merged == [line for line in lines if line.startswith("RESULT ")]
     # merged where the checkpoints are not (another machine): the seeds' played leagues only
-    (tmp_path / "league-seed-0.json").unlink()
+    (tmp_path / "league-test-seed-0.json").unlink()
     with contextlib.redirect_stdout(io.StringIO()) as printed:
         ablation["report"]([tmp_path], tmp_path / "elsewhere", play=False)
     merged = [line for line in printed.getvalue().splitlines() if line.startswith("RESULT ")]
