@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,6 +30,17 @@ from sparring.games.matching.game import MatchingGame
 from sparring.games.matching.parse import match_name
 from sparring.games.matching.prompt import render_table
 from sparring.games.matching.table import best_assignment
+
+
+@dataclass
+class Knowledge:
+    """What a seat knows when it proposes: its own cells (NaN unseen), the partner's cells
+    as heard, the ratio that converts them into its units and the merged table."""
+
+    own: np.ndarray
+    heard: dict[tuple[int, int], float]
+    ratio: float
+    merged: np.ndarray
 
 
 class ScriptedMatchingAgent:
@@ -57,7 +69,7 @@ class ScriptedMatchingAgent:
         shared_all = any(len(cell.findall(m)) >= (~np.isnan(own)).sum() for m in mine)
         rejected = "You rejected the proposal" in last or "Partner: [reject]" in last
         if heard and not (rejected and not shared_all):
-            return self._propose(game, own, heard, ratio, merged)
+            return self._propose(game, Knowledge(own, heard, ratio, merged))
         # Share the top cells first, then everything once a plan was rejected.
         limit = None if rejected or mine else (self.max_share or 2 * state["k"])
         return self._share(own, state, limit)
@@ -68,16 +80,9 @@ class ScriptedMatchingAgent:
         value = merged[np.arange(len(pending)), pending].sum()
         return "[accept]" if value >= self.accept_ratio * best else "[reject]"
 
-    def _propose(
-        self,
-        game: MatchingGame,
-        own: np.ndarray,
-        heard: dict[tuple[int, int], float],
-        ratio: float,
-        merged: np.ndarray,
-    ) -> str:
+    def _propose(self, game: MatchingGame, known: Knowledge) -> str:
         """The Hungarian optimum of the merged table."""
-        cols, _ = best_assignment(merged)
+        cols, _ = best_assignment(known.merged)
         return game.render_proposal(cols)
 
     @staticmethod
@@ -147,21 +152,14 @@ class ScratchpadMatchingAgent(ScriptedMatchingAgent):
         work = f"Your plan on my table: {_plan(state, table, pending)}. My best: {int(best)}."
         return work + "\n" + super()._answer(state, table, pending)
 
-    def _propose(
-        self,
-        game: MatchingGame,
-        own: np.ndarray,
-        heard: dict[tuple[int, int], float],
-        ratio: float,
-        merged: np.ndarray,
-    ) -> str:
-        state, table = game.state, np.rint(merged)
+    def _propose(self, game: MatchingGame, known: Knowledge) -> str:
+        state, table, own, heard = game.state, np.rint(known.merged), known.own, known.heard
         names = state["reviewers"], state["papers"]
         used = [(c, v) for c, v in sorted(heard.items()) if np.isnan(own[c])]
         lines = []
         if used:
             cells = ", ".join(
-                f"{names[0][r]} {names[1][p]} {int(v)}x{ratio:.2f}={int(table[r, p])}"
+                f"{names[0][r]} {names[1][p]} {int(v)}x{known.ratio:.2f}={int(table[r, p])}"
                 for (r, p), v in used
             )
             lines.append(f"Partner's numbers in my units: {cells}")
