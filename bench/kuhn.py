@@ -12,7 +12,10 @@ configs/kuhn.yaml, per training seed, scored by exact exploitability (open_spiel
 2. every evaluation logs `eval/exploitability`: the policy read out of the model at the 12
    information sets of one hand, each legal reply scored teacher-forced at the evaluation's
    temperature and normalised over the legal moves (sparring.games.textarena.exploitability);
-   exact for that policy, so its only spread is over training seeds
+   exact for that policy, so its only spread is over training seeds. With a population
+   (`--set population.size=K`: members that play each other, not themselves) the iteration's
+   figure is its lead's (the best-rated member), and each row keeps every member's
+   `population/<member>/rating` and `population/<member>/eval/exploitability`
 3. writes kuhn.json (the curves), kuhn.png, and, for the first seed, policy_start.json and
    policy_final.json ({open_spiel information state: {"Pass": p, "Bet": q}}; Pass is check or
    fold, Bet is bet or call), and ends with `RESULT kuhn_exploitability_start`,
@@ -40,8 +43,10 @@ from sparring.loop.runner import Iteration, run_loop
 from sparring.stats import mean_se
 
 METRIC = "eval/exploitability"
-# What a row prints beside the exploitability (those present).
+# What a row prints beside the exploitability (those present), and with a population each
+# member's rating and exploitability (`population/<member>/...`).
 SHOWN = ("rollout/normalized_reward", "eval/vs_scripted/all/normalized_reward", "train/no_signal")
+MEMBERS = ("/rating", f"/{METRIC}")
 
 
 def policy(cfg: PipelineConfig, model: Path) -> dict[str, dict[str, float]]:
@@ -90,7 +95,11 @@ def main() -> None:
         curve = curves.setdefault(seed, [])
 
         def on_iteration(it: Iteration, curve: list = curve, seed: int = seed) -> None:
-            shown = {k: it.metrics[k] for k in SHOWN if k in it.metrics}
+            shown = {
+                k: v
+                for k, v in it.metrics.items()
+                if k in SHOWN or (k.startswith("population/") and k.endswith(MEMBERS))
+            }
             curve.append({"seed": seed, "iteration": it.iteration, METRIC: it.metrics[METRIC]})
             curve[-1] |= shown
             print(json.dumps(curve[-1]), flush=True)

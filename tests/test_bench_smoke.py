@@ -180,6 +180,24 @@ def test_grouping_ablation_bench(tiny_model_dir, tmp_path, monkeypatch):
     )
 
 
+def test_kuhn_bench_with_a_population(tiny_model_dir, tmp_path):
+    """`bench/kuhn.py` at smoke size with two members: each row keeps both members' ratings and
+    exploitabilities, and the iteration's figure is its lead's, the best-rated member's."""
+    pytest.importorskip("pyspiel")
+    sets = (f"model={tiny_model_dir}", "population.size=2", "game.params.restate_card=true")
+    sets += ("iterations=1", "games_per_iteration=16", "game_init.num_val=4")
+    sets += ("warm_start.num_states=8",)
+    args = [arg for pair in sets for arg in ("--set", pair)]
+    lines = bench_output("kuhn.py", *args, "--seeds", "0", "--out", str(tmp_path))
+    rows = [json.loads(line) for line in lines if line.startswith("{")]
+    assert [r["iteration"] for r in rows] == [-1, 0]
+    members = ("member-0", "member-1")
+    ratings = {m: rows[1][f"population/{m}/rating"] for m in members}
+    figures = {m: rows[1][f"population/{m}/eval/exploitability"] for m in members}
+    assert rows[1]["eval/exploitability"] == figures[max(ratings, key=ratings.get)]
+    assert all(0 <= f <= 1.5 for f in figures.values())
+
+
 def test_kuhn_bench_merges_side_by_side_runs(tmp_path):
     """`--merge` of per-seed folders: one kuhn.json with every seed's curve, a run stopped early
     counting its last evaluation as final, and the RESULTs their mean and s.e. over seeds."""
