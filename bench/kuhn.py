@@ -45,7 +45,12 @@ from sparring.stats import mean_se
 METRIC = "eval/exploitability"
 # What a row prints beside the exploitability (those present), and with a population each
 # member's rating and exploitability (`population/<member>/...`).
-SHOWN = ("rollout/normalized_reward", "eval/vs_scripted/all/normalized_reward", "train/no_signal")
+SHOWN = (
+    "eval/card_dependence",
+    "rollout/normalized_reward",
+    "eval/vs_scripted/all/normalized_reward",
+    "train/no_signal",
+)
 MEMBERS = ("/rating", f"/{METRIC}")
 
 

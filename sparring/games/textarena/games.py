@@ -111,15 +111,17 @@ class KuhnPoker(TextArenaGame):
     def policy_metrics(
         self, policy: Any, temperature: float, play: PlayGames | None = None
     ) -> dict[str, float]:
-        """`exploitability` of the policy read out at the 12 information sets of one hand, and
-        `exploitability/<baseline>` of the baselines' tables beside it
-        (`sparring.games.textarena.exploitability`)."""
+        """`exploitability` and `card_dependence` of the policy read out at the 12
+        information sets of one hand, and `exploitability/<baseline>` of the baselines' tables
+        beside it (`sparring.games.textarena.exploitability`)."""
         from sparring.games.textarena import exploitability as kuhn
 
         table = kuhn.read_policy(policy, self, temperature)
         tables = {"kuhn-poker-random": kuhn.UNIFORM, "kuhn-poker-call": kuhn.ALWAYS_CALL}
         tables["kuhn-poker-nash"] = kuhn.NASH
-        return {"exploitability": kuhn.exploitability(table)} | {
+        own = {"exploitability": kuhn.exploitability(table)}
+        own["card_dependence"] = kuhn.card_dependence(table)
+        return own | {
             f"exploitability/{name}": kuhn.exploitability(t) for name, t in tables.items()
         }
 
