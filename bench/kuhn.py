@@ -16,7 +16,8 @@ configs/kuhn.yaml, per training seed, scored by exact exploitability (open_spiel
    (`--set population.size=K`: members that play each other, not themselves) the iteration's
    figure is its lead's (the best-rated member), and each row keeps every member's
    `population/<member>/rating` and `population/<member>/eval/exploitability`
-3. writes kuhn.json (the curves), kuhn.png, and, for the first seed, policy_start.json and
+3. writes kuhn.json (the curves), kuhn.png (kuhn_population.png too, each member's curve, with
+   a population), and, for the first seed, policy_start.json and
    policy_final.json ({open_spiel information state: {"Pass": p, "Bet": q}}; Pass is check or
    fold, Bet is bet or call), and ends with `RESULT kuhn_exploitability_start`,
    `kuhn_exploitability_final` and their `_se_seeds` (standard error over training seeds)
@@ -71,6 +72,29 @@ def plot(curves: dict[int, list[dict]], path: Path, title: str) -> None:
         ax.set_xlabel("iteration (the first point: the start, before any update)")
         ax.set_ylabel("exploitability (chips per hand)")
         ax.legend(fontsize=8)
+
+
+def plot_population(curves: dict[int, list[dict]], path: Path, title: str) -> None:
+    """With a population: each member's exploitability per iteration (the lead's ring marks
+    the best-rated member, whose figure is the iteration's), one panel per seed."""
+    with saved_figure(path, title, size=(6.5, 2.6 * len(curves))) as ax:
+        fig = ax.figure
+        fig.delaxes(ax)
+        for i, (seed, curve) in enumerate(curves.items()):
+            ax = fig.add_subplot(len(curves), 1, i + 1)
+            if i == 0:  # saved_figure titles the axes it made, removed here
+                ax.set_title(title, fontsize=9)
+            rows = [r for r in curve if r["iteration"] >= 0]
+            members = sorted({k.split("/")[1] for r in rows for k in r if k.endswith("/rating")})
+            x = [r["iteration"] for r in rows]
+            for m in members:
+                ax.plot(x, [r[f"population/{m}/{METRIC}"] for r in rows], "o-", ms=3, label=m)
+            ax.plot(x, [r[METRIC] for r in rows], "o", mfc="none", ms=9, color="black",
+                    label="lead (best rated)")  # fmt: skip
+            ax.axhline(1 / 3, color="gray", ls=":", lw=1, label="always bet or call")
+            ax.set_ylabel(f"seed {seed}: exploitability", fontsize=8)
+            ax.legend(fontsize=7)
+        ax.set_xlabel("iteration")
 
 
 def main() -> None:
@@ -128,6 +152,9 @@ def report(saved: dict, out: Path) -> None:
     final = [c[-1][METRIC] for c in curves.values()]
     (out / "kuhn.json").write_text(json.dumps(saved, indent=1))
     plot(curves, out / "kuhn.png", f"{base.name} ({base.model}): exploitability per iteration")
+    if base.population:
+        title = f"{base.name}: a population of {base.population.size}, each member"
+        plot_population(curves, out / "kuhn_population.png", title)
     print(f"curves, tables and plot in {out}")
     for name, values in (("start", start), ("final", final)):
         mean, se = mean_se(values)  # se over training seeds (nan for one seed)

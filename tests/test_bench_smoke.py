@@ -196,6 +196,7 @@ def test_kuhn_bench_with_a_population(tiny_model_dir, tmp_path):
     figures = {m: rows[1][f"population/{m}/eval/exploitability"] for m in members}
     assert rows[1]["eval/exploitability"] == figures[max(ratings, key=ratings.get)]
     assert all(0 <= f <= 1.5 for f in figures.values())
+    assert (tmp_path / "kuhn_population.png").stat().st_size > 1000  # each member's curve
 
 
 def test_kuhn_bench_merges_side_by_side_runs(tmp_path):
