@@ -55,6 +55,16 @@ SHOWN = (
 MEMBERS = ("/rating", f"/{METRIC}")
 
 
+def row(metrics: dict[str, float]) -> dict[str, float]:
+    """What a curve keeps of an iteration's metrics besides the exploitability: `SHOWN`, and
+    each population member's rating and exploitability."""
+    return {
+        k: v
+        for k, v in metrics.items()
+        if k in SHOWN or (k.startswith("population/") and k.endswith(MEMBERS))
+    }
+
+
 def policy(cfg: PipelineConfig, model: Path) -> dict[str, dict[str, float]]:
     """The table `eval/exploitability` scored: `model` read out at the eval temperature."""
     backend = HFBackend(str(model), device=cfg.device)
@@ -124,13 +134,8 @@ def main() -> None:
         curve = curves.setdefault(seed, [])
 
         def on_iteration(it: Iteration, curve: list = curve, seed: int = seed) -> None:
-            shown = {
-                k: v
-                for k, v in it.metrics.items()
-                if k in SHOWN or (k.startswith("population/") and k.endswith(MEMBERS))
-            }
             curve.append({"seed": seed, "iteration": it.iteration, METRIC: it.metrics[METRIC]})
-            curve[-1] |= shown
+            curve[-1] |= row(it.metrics)
             print(json.dumps(curve[-1]), flush=True)
             (out / "kuhn.json").write_text(json.dumps(saved))
 

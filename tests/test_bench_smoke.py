@@ -180,23 +180,31 @@ def test_grouping_ablation_bench(tiny_model_dir, tmp_path, monkeypatch):
     )
 
 
-def test_kuhn_bench_with_a_population(tiny_model_dir, tmp_path):
-    """`bench/kuhn.py` at smoke size with two members: each row keeps both members' ratings and
-    exploitabilities, and the iteration's figure is its lead's, the best-rated member's."""
-    pytest.importorskip("pyspiel")
-    sets = (f"model={tiny_model_dir}", "population.size=2", "game.params.restate_card=true")
-    sets += ("iterations=1", "games_per_iteration=16", "game_init.num_val=4")
-    sets += ("warm_start.num_states=8",)
-    args = [arg for pair in sets for arg in ("--set", pair)]
-    lines = bench_output("kuhn.py", *args, "--seeds", "0", "--out", str(tmp_path))
-    rows = [json.loads(line) for line in lines if line.startswith("{")]
-    assert [r["iteration"] for r in rows] == [-1, 0]
-    members = ("member-0", "member-1")
-    ratings = {m: rows[1][f"population/{m}/rating"] for m in members}
-    figures = {m: rows[1][f"population/{m}/eval/exploitability"] for m in members}
-    assert rows[1]["eval/exploitability"] == figures[max(ratings, key=ratings.get)]
-    assert all(0 <= f <= 1.5 for f in figures.values())
+def test_kuhn_bench_keeps_a_populations_members(tmp_path, monkeypatch):
+    """With a population a curve's row keeps each member's rating and exploitability (the
+    iteration's figure is its lead's), and the report draws each member's curve."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))  # its `from learning import ...`
+    kuhn = runpy.run_path(str(ROOT / "bench" / "kuhn.py"))  # not as __main__
+    metrics = {"eval/exploitability": 0.4, "eval/card_dependence": 0.1, "train/loss": 0.3}
+    metrics |= {"population/member-0/rating": 20.0, "population/member-0/train/loss": 0.2}
+    metrics |= {"population/member-0/eval/exploitability": 0.4}
+    metrics |= {"population/member-1/rating": 18.0, "population/member-1/eval/exploitability": 0.5}
+    kept = kuhn["row"](metrics)
+    assert sorted(kept) == sorted(
+        ["eval/card_dependence"]
+        + [f"population/member-{i}/{k}" for i in (0, 1) for k in ("rating", "eval/exploitability")]
+    )
+    curve = [{"seed": 0, "iteration": -1, "eval/exploitability": 0.45}]
+    curve += [{"seed": 0, "iteration": i, "eval/exploitability": 0.4, **kept} for i in (0, 1)]
+    saved = {"config": "configs/kuhn.yaml", "set": ["population.size=2"], "curves": {"0": curve}}
+    with contextlib.redirect_stdout(io.StringIO()):
+        kuhn["report"](saved, tmp_path)
     assert (tmp_path / "kuhn_population.png").stat().st_size > 1000  # each member's curve
+    saved["set"] = []  # one learner: no member plot
+    (tmp_path / "single").mkdir()
+    with contextlib.redirect_stdout(io.StringIO()):
+        kuhn["report"](saved, tmp_path / "single")
+    assert not (tmp_path / "single" / "kuhn_population.png").exists()
 
 
 def test_kuhn_bench_merges_side_by_side_runs(tmp_path):
