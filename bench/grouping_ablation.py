@@ -91,8 +91,8 @@ def vs_scripted(cfg: PipelineConfig, eval_dir: Path) -> dict[str, float]:
     games = json.loads((eval_dir / "rewards.json").read_text())["vs_scripted"]
     roles, out = cfg.game.cls.roles, {}
     for game in games:
-        if _bot(game["game_id"]) == cfg.eval.opponent:
-            _, _, country = game["game_id"].split("#")[0].rsplit("/", 2)
+        _, bot, country = game["game_id"].split("#")[0].rsplit("/", 2)
+        if bot == cfg.eval.opponent:
             out[game["game_id"]] = game["rewards"][roles.index(country)]
     return out
 

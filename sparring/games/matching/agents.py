@@ -148,7 +148,7 @@ class ScratchpadMatchingAgent(ScriptedMatchingAgent):
 
     def _answer(self, state: dict, merged: np.ndarray, pending: list[int]) -> str:
         table = np.rint(merged)
-        cols, best = best_assignment(table)
+        _, best = best_assignment(table)
         work = f"Your plan on my table: {_plan(state, table, pending)}. My best: {int(best)}."
         return work + "\n" + super()._answer(state, table, pending)
 
