@@ -20,7 +20,9 @@ configs/kuhn.yaml, per training seed, scored by exact exploitability (open_spiel
    a population), and, for the first seed, policy_start.json and
    policy_final.json ({open_spiel information state: {"Pass": p, "Bet": q}}; Pass is check or
    fold, Bet is bet or call), and ends with `RESULT kuhn_exploitability_start`,
-   `kuhn_exploitability_final` and their `_se_seeds` (standard error over training seeds)
+   `kuhn_exploitability_final`, `kuhn_card_dependence_start` and `kuhn_card_dependence_final`
+   and their `_se_seeds` (standard error over training seeds); kuhn.png plots the card
+   dependence under the exploitability
 
 `--merge DIR...` runs nothing: it reports the `--out` folders of earlier invocations (say one
 process per seed, side by side on one GPU) as one, from the curves each wrote as it went; a
@@ -44,10 +46,11 @@ from sparring.loop.runner import Iteration, run_loop
 from sparring.stats import mean_se
 
 METRIC = "eval/exploitability"
+CARDS = "eval/card_dependence"  # the spread of P(bet or call) over the cards
 # What a row prints beside the exploitability (those present), and with a population each
 # member's rating and exploitability (`population/<member>/...`).
 SHOWN = (
-    "eval/card_dependence",
+    CARDS,
     "rollout/normalized_reward",
     "eval/vs_scripted/all/normalized_reward",
     "train/no_signal",
@@ -72,16 +75,34 @@ def policy(cfg: PipelineConfig, model: Path) -> dict[str, dict[str, float]]:
 
 
 def plot(curves: dict[int, list[dict]], path: Path, title: str) -> None:
-    with saved_figure(path, title) as ax:
+    """Each seed's exploitability per iteration and, below it where logged, its card
+    dependence (0: the card ignored, .75 at Nash, 1: the value strategy)."""
+    cards = any(CARDS in r for c in curves.values() for r in c)
+    with saved_figure(path, title, size=(6.5, 6.4 if cards else 3.8)) as ax:
+        if cards:  # two panels; saved_figure titles the axes it made, removed here
+            fig = ax.figure
+            fig.delaxes(ax)
+            ax, below = fig.subplots(2, 1, sharex=True)
+            ax.set_title(title, fontsize=9)
         for seed, curve in curves.items():
             x, y = [r["iteration"] for r in curve], [r[METRIC] for r in curve]
             ax.plot(x, y, "o-", label=f"seed {seed}")
         ax.axhline(11 / 24, color="gray", ls="--", lw=1, label="uniform random (0.458)")
         ax.axhline(1 / 3, color="gray", ls=":", lw=1, label="always bet or call (0.333)")
         ax.axhline(0, color="black", lw=0.8)
-        ax.set_xlabel("iteration (the first point: the start, before any update)")
         ax.set_ylabel("exploitability (chips per hand)")
         ax.legend(fontsize=8)
+        if cards:
+            for seed, curve in curves.items():
+                rows = [r for r in curve if CARDS in r]
+                below.plot([r["iteration"] for r in rows], [r[CARDS] for r in rows], "o-",
+                           label=f"seed {seed}")  # fmt: skip
+            below.axhline(0.75, color="gray", ls="--", lw=1, label="Nash (0.75)")
+            below.set_ylim(-0.05, 1.05)
+            below.set_ylabel("card dependence")
+            below.legend(fontsize=8)
+            ax = below
+        ax.set_xlabel("iteration (the first point: the start, before any update)")
 
 
 def plot_population(curves: dict[int, list[dict]], path: Path, title: str) -> None:
@@ -161,10 +182,14 @@ def report(saved: dict, out: Path) -> None:
         title = f"{base.name}: a population of {base.population.size}, each member"
         plot_population(curves, out / "kuhn_population.png", title)
     print(f"curves, tables and plot in {out}")
-    for name, values in (("start", start), ("final", final)):
+    figures = {f"kuhn_exploitability_{name}": v for name, v in (("start", start), ("final", final))}
+    if all(CARDS in c[0] and CARDS in c[-1] for c in curves.values()):
+        figures |= {f"kuhn_card_dependence_{name}": [c[i][CARDS] for c in curves.values()]
+                    for name, i in (("start", 0), ("final", -1))}  # fmt: skip
+    for name, values in figures.items():
         mean, se = mean_se(values)  # se over training seeds (nan for one seed)
-        print(f"RESULT kuhn_exploitability_{name} {mean:.4f}")
-        print(f"RESULT kuhn_exploitability_{name}_se_seeds {se:.4f}")
+        print(f"RESULT {name} {mean:.4f}")
+        print(f"RESULT {name}_se_seeds {se:.4f}")
 
 
 if __name__ == "__main__":

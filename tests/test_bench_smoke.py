@@ -209,11 +209,14 @@ def test_kuhn_bench_keeps_a_populations_members(tmp_path, monkeypatch):
 
 def test_kuhn_bench_merges_side_by_side_runs(tmp_path):
     """`--merge` of per-seed folders: one kuhn.json with every seed's curve, a run stopped early
-    counting its last evaluation as final, and the RESULTs their mean and s.e. over seeds."""
+    counting its last evaluation as final, and the RESULTs (exploitability and card
+    dependence, start and final) their mean and s.e. over seeds."""
     exploitability = {"0": [0.8, 0.5, 0.34], "1": [0.34, 0.33]}  # seed 1 stopped early
+    cards = {"0": [0.0, 0.2, 0.5], "1": [0.1, 0.7]}
     for seed, values in exploitability.items():
-        curve = [{"seed": int(seed), "iteration": i - 1, "eval/exploitability": v}
-                 for i, v in enumerate(values)]  # fmt: skip
+        pairs = enumerate(zip(values, cards[seed], strict=True))
+        curve = [{"seed": int(seed), "iteration": i - 1, "eval/exploitability": v,
+                  "eval/card_dependence": c} for i, (v, c) in pairs]  # fmt: skip
         (tmp_path / seed).mkdir()
         saved = {"config": "configs/kuhn-smollm2.yaml", "set": [], "curves": {seed: curve}}
         (tmp_path / seed / "kuhn.json").write_text(json.dumps(saved))
@@ -229,6 +232,8 @@ def test_kuhn_bench_merges_side_by_side_runs(tmp_path):
     assert results["kuhn_exploitability_final"] == pytest.approx(np.mean(final), abs=1e-4)
     se = np.std(final, ddof=1) / np.sqrt(2)
     assert results["kuhn_exploitability_final_se_seeds"] == pytest.approx(se, abs=1e-4)
+    assert results["kuhn_card_dependence_start"] == pytest.approx(0.05, abs=1e-4)
+    assert results["kuhn_card_dependence_final"] == pytest.approx(0.6, abs=1e-4)
     assert (out / "kuhn.png").stat().st_size > 1000
 
 
