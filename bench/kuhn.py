@@ -78,12 +78,8 @@ def plot(curves: dict[int, list[dict]], path: Path, title: str) -> None:
     """Each seed's exploitability per iteration and, below it where logged, its card
     dependence (0: the card ignored, .75 at Nash, 1: the value strategy)."""
     cards = any(CARDS in r for c in curves.values() for r in c)
-    with saved_figure(path, title, size=(6.5, 6.4 if cards else 3.8)) as ax:
-        if cards:  # two panels; saved_figure titles the axes it made, removed here
-            fig = ax.figure
-            fig.delaxes(ax)
-            ax, below = fig.subplots(2, 1, sharex=True)
-            ax.set_title(title, fontsize=9)
+    with saved_figure(path, title, size=(6.5, 6.4 if cards else 3.8), rows=1 + cards) as axes:
+        ax = axes[0]
         for seed, curve in curves.items():
             x, y = [r["iteration"] for r in curve], [r[METRIC] for r in curve]
             ax.plot(x, y, "o-", label=f"seed {seed}")
@@ -93,6 +89,7 @@ def plot(curves: dict[int, list[dict]], path: Path, title: str) -> None:
         ax.set_ylabel("exploitability (chips per hand)")
         ax.legend(fontsize=8)
         if cards:
+            below = axes[1]
             for seed, curve in curves.items():
                 rows = [r for r in curve if CARDS in r]
                 below.plot([r["iteration"] for r in rows], [r[CARDS] for r in rows], "o-",
@@ -101,20 +98,14 @@ def plot(curves: dict[int, list[dict]], path: Path, title: str) -> None:
             below.set_ylim(-0.05, 1.05)
             below.set_ylabel("card dependence")
             below.legend(fontsize=8)
-            ax = below
-        ax.set_xlabel("iteration (the first point: the start, before any update)")
+        axes[-1].set_xlabel("iteration (the first point: the start, before any update)")
 
 
 def plot_population(curves: dict[int, list[dict]], path: Path, title: str) -> None:
     """With a population: each member's exploitability per iteration (the lead's ring marks
     the best-rated member, whose figure is the iteration's), one panel per seed."""
-    with saved_figure(path, title, size=(6.5, 2.6 * len(curves))) as ax:
-        fig = ax.figure
-        fig.delaxes(ax)
-        for i, (seed, curve) in enumerate(curves.items()):
-            ax = fig.add_subplot(len(curves), 1, i + 1)
-            if i == 0:  # saved_figure titles the axes it made, removed here
-                ax.set_title(title, fontsize=9)
+    with saved_figure(path, title, size=(6.5, 2.6 * len(curves)), rows=len(curves)) as axes:
+        for ax, (seed, curve) in zip(axes, curves.items(), strict=True):
             rows = [r for r in curve if r["iteration"] >= 0]
             members = sorted({k.split("/")[1] for r in rows for k in r if k.endswith("/rating")})
             x = [r["iteration"] for r in rows]

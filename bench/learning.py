@@ -128,17 +128,20 @@ def row(seed: int, it: Iteration, metric: str) -> dict:
 
 
 @contextmanager
-def saved_figure(path: Path, title: str, size: tuple[float, float] = (6.5, 3.8)) -> Iterator:
-    """Axes to draw on; on exit the figure is titled, saved to `path` and closed (the benches'
-    plots: this one's, bench/kuhn.py's and bench/grouping_ablation.py's)."""
+def saved_figure(
+    path: Path, title: str, size: tuple[float, float] = (6.5, 3.8), rows: int | None = None
+) -> Iterator:
+    """Axes to draw on (given `rows`, a list of that many, stacked, sharing x); on exit the figure
+    is titled above its first axes, saved to `path` and closed (the benches' plots: this
+    one's, bench/kuhn.py's and bench/grouping_ablation.py's)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=size)
-    yield ax
-    ax.set_title(title, fontsize=9)
+    fig, ax = plt.subplots(rows or 1, 1, figsize=size, sharex=True, squeeze=False)
+    yield list(ax[:, 0]) if rows else ax[0, 0]
+    ax[0, 0].set_title(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
