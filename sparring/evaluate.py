@@ -79,6 +79,11 @@ class EvalConfig(BaseModel):
     """Use the first N val states (None = all)."""
     scripted_agent: str | None = None
     """Opponent for vs_scripted; None = the game's `default_opponent`."""
+    breakdown: bool = True
+    """Also play the lineups a game adds to a mode (Diplomacy: the learner against each other
+    bot, `vs_<bot>`); false plays only the modes' own (the test step's choice)."""
+    baselines: bool = True
+    """Play the game's baselines on the same states (`eval/baseline/*`)."""
 
     @model_validator(mode="after")
     def _check(self) -> EvalConfig:
@@ -105,9 +110,11 @@ class EvalConfig(BaseModel):
 
 
 def lineups(cfg: EvalConfig, previous: bool) -> list[Lineup]:
-    """Every seating `cfg.modes` plays (`vs_previous` only given a `previous` checkpoint)."""
+    """Every seating `cfg.modes` plays (`vs_previous` only given a `previous` checkpoint; the
+    game's added lineups only with `cfg.breakdown`)."""
     modes = [m for m in cfg.modes if previous or m != VS_PREVIOUS]
-    return [x for m in modes for x in cfg.game.cls.eval_lineups(m, cfg.opponent)]
+    plan = [x for m in modes for x in cfg.game.cls.eval_lineups(m, cfg.opponent)]
+    return plan if cfg.breakdown else [x for x in plan if x.mode in modes]
 
 
 def evaluate(
@@ -125,7 +132,7 @@ def evaluate(
     game, roles = cfg.game.cls, cfg.game.cls.roles
     plan = lineups(cfg, previous is not None)
     modes = {x.mode for x in plan}
-    baselines = [b for b in game.baselines() if b.mode in modes]
+    baselines = [b for b in game.baselines() if b.mode in modes] if cfg.baselines else []
     # (group, lineup, seats): the model's lineups, then each played baseline in its mode's
     # lineups with its agent in the learner's seats
     tables = [(x.mode, x, x.seats) for x in plan] + [

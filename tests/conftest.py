@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -100,6 +101,26 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from sparring.tiny_model import init_tiny
 
     return init_tiny(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture(scope="session")
+def mlflow_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty MLflow sqlite store, its tables created by MLflow's own migrations once per
+    worker (about 5 s each time)."""
+    from mlflow.tracking import MlflowClient
+
+    db = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    MlflowClient(f"sqlite:///{db}").search_experiments()
+    return db
+
+
+@pytest.fixture
+def mlflow_db(mlflow_template: Path, tmp_path: Path) -> str:
+    """The URI of a fresh MLflow sqlite store at `tmp_path / "mlflow.db"`: a copy of the
+    template, so the test skips the migrations."""
+    db = tmp_path / "mlflow.db"
+    shutil.copyfile(mlflow_template, db)
+    return f"sqlite:///{db}"
 
 
 @pytest.fixture(scope="session")

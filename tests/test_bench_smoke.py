@@ -115,6 +115,7 @@ def test_grouping_ablation_bench(tiny_model_dir, tmp_path, monkeypatch):
     sets += ("rollout.games_per_init=2", "games_per_iteration=14")
     sets += ("warm_start.num_states=1", "warm_start.train.epochs=1")
     sets += ("rollout.sampling.max_new_tokens=8", "eval.rollout.sampling.max_new_tokens=8")
+    sets += ("eval.breakdown=false",)  # val: greedy alone, not every bot (tests/test_evaluate.py)
     args = [arg for pair in sets for arg in ("--set", pair)]
     keys = ("country", "init_seat")  # of the default four arms, the two the RESULT compares
     lines = bench_output(

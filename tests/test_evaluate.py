@@ -85,3 +85,27 @@ def test_a_baseline_is_played_or_exact():
         Baseline("both", "selfplay", trivial=True, agent="matching-scripted", value=len)
     with pytest.raises(ValueError, match="exactly one of agent and value"):
         Baseline("neither", "selfplay", trivial=True)
+
+
+def test_the_test_steps_evaluation_plays_no_baseline_and_no_added_lineup(val, plays):
+    """`baselines: false` skips the played baseline; `breakdown: false` drops the lineups a
+    game adds to a mode (Diplomacy's `vs_<bot>`, which matching has none of: same plan)."""
+    cfg = EvalConfig(rollout={"game": GAME}, modes=["selfplay"], baselines=False)
+    metrics, _ = evaluate(cfg.game.make_agent("matching-scripted"), val, cfg, progress=False)
+    assert plays == [3] and not any("baseline" in k or "gain" in k for k in metrics)
+    assert lineups(cfg.model_copy(update={"breakdown": False}), True) == lineups(cfg, True)
+
+
+def test_without_the_breakdown_diplomacy_plays_only_its_modes_lineups():
+    pytest.importorskip("diplomacy")
+    game = {"name": "diplomacy", "params": {"horizon": 1, "press": False}}
+    cfg = EvalConfig(rollout={"game": game}, modes=["vs_scripted"])
+    every = lineups(cfg, previous=False)
+    assert [x.mode for x in every][::7] == [
+        "vs_scripted",
+        "vs_hold",
+        "vs_random-legal",
+        "vs_support",
+    ]
+    own = lineups(cfg.model_copy(update={"breakdown": False}), previous=False)
+    assert own == every[:7] and {x.seats.count("greedy") for x in own} == {6}

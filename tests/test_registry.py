@@ -198,9 +198,9 @@ def test_champion_loads_through_the_server_alone(cfg, mlflow_server, s3_server, 
 
 
 @pytest.fixture
-def sqlite_cfg(cfg, tmp_path) -> PipelineConfig:
+def sqlite_cfg(cfg, mlflow_db) -> PipelineConfig:
     """`cfg` on a sqlite store (no server: checkpoints go to the pipeline's checkpoint URI)."""
-    tracking = {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "faults"}
+    tracking = {"tracking_uri": mlflow_db, "experiment": "faults"}
     return cfg.model_copy(update={"tracking": TrackingConfig(**tracking)})
 
 

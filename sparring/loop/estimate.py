@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from sparring.evaluate import lineups
+from sparring.loop import tasks
 from sparring.loop.config import PipelineConfig
 
 REFERENCE_MATMUL = 215e9
@@ -49,18 +51,17 @@ COSTS = {
 
 
 def eval_games(cfg: PipelineConfig) -> int:
-    """Games one evaluation plays: each val state once per lineup of each mode
-    (`Game.eval_lineups`)."""
+    """Model games one evaluation plays: each val state once per lineup
+    (`sparring.evaluate.lineups`)."""
     states = min(cfg.game_init.num_val, cfg.eval.num_games or cfg.game_init.num_val)
-    lineups = [cfg.game.cls.eval_lineups(mode, cfg.eval.opponent) for mode in cfg.eval.modes]
-    return states * sum(map(len, lineups))
+    return states * len(lineups(cfg.eval, previous=True))
 
 
-def test_games(cfg: PipelineConfig) -> int:
-    """Games the test evaluation plays: every test state once per lineup of the champion
-    metric's mode, for the start and the final model."""
-    mode = cfg.champion_metric.split("/")[1]
-    return 2 * cfg.game_init.num_test * len(cfg.game.cls.eval_lineups(mode, cfg.eval.opponent))
+def games_on_test(cfg: PipelineConfig) -> int:
+    """Model games the test evaluation plays: every test state once per lineup of the champion
+    metric's mode (`tasks.test_eval`), for the start and the final model."""
+    test = lineups(tasks.test_eval(cfg, baselines=False), previous=True)
+    return 2 * cfg.game_init.num_test * len(test)
 
 
 def estimate_seconds(cfg: PipelineConfig, matmul: float = REFERENCE_MATMUL) -> float | None:
@@ -78,7 +79,7 @@ def estimate_seconds(cfg: PipelineConfig, matmul: float = REFERENCE_MATMUL) -> f
         cfg.games_per_iteration * (costs.rollout * budget + train)
         + eval_games(cfg) * costs.eval * budget
     )
-    once = (cfg.evaluate_start * eval_games(cfg) + test_games(cfg)) * costs.eval * budget
+    once = (cfg.evaluate_start * eval_games(cfg) + games_on_test(cfg)) * costs.eval * budget
     tasks = 4 + (ws is not None) + 4 * cfg.iterations  # start, init, model, finish, per iteration
     tasks += cfg.evaluate_start + (cfg.game_init.num_test > 0)
     seconds = tasks * TASK_SECONDS + sft + cfg.iterations * per_iteration + once

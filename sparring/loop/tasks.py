@@ -315,6 +315,14 @@ def load_scores(eval_dir: str | Path) -> dict[str, float]:
     return json.loads((Path(eval_dir) / SCORES_FILE).read_text())
 
 
+def test_eval(cfg: PipelineConfig, baselines: bool) -> Any:
+    """The test step's EvalConfig: every test state, only the champion metric's mode (no
+    game-added lineups), the game's baselines if asked (the final model's evaluation)."""
+    mode = (split_eval(cfg.champion_metric) or ("",))[0]
+    update = {"modes": [mode], "num_games": None, "breakdown": False, "baselines": baselines}
+    return cfg.eval.model_copy(update=update)
+
+
 def evaluate_test(
     cfg: PipelineConfig,
     start_dir: str,
@@ -326,16 +334,15 @@ def evaluate_test(
     iteration: int = 0,
 ) -> dict[str, float]:
     """Score the start and the final model once on every test state, in the champion metric's
-    mode (`vs_previous` plays the start): `test/start`, `test/final`, and the paired
+    mode alone (`vs_previous` plays the start; `test_eval`): `test/start`, `test/final`, and the paired
     `test/gain` with its standard error `test/gain_se`; beside them the game's baselines on
     the same states, `test/baseline/<name>` (with `_se`), and the final model's
     `test/gain_over_best_trivial` (paired over the states), and both evaluations' seconds
     `perf/eval_seconds`. Written to test.json beside both models' scores, uploaded, and logged
     to the parent run at step `iteration` (the last)."""
-    mode = (split_eval(cfg.champion_metric) or ("",))[0]
-    ecfg = cfg.eval.model_copy(update={"modes": [mode], "num_games": None})
     out, figures, scores, metrics = Path(out_dir), {PERF_EVAL: 0.0}, {}, {}
     for name, model in (("start", start_dir), ("final", final_dir)):
+        ecfg = test_eval(cfg, baselines=name == "final")
         metrics, episodes = _play_eval(cfg, ecfg, model, start_dir, test_inits)
         figures[metric_name(TEST, name)] = metrics[cfg.champion_metric]
         figures[PERF_EVAL] += metrics[PERF_EVAL]

@@ -101,11 +101,11 @@ def test_a_retried_producer_stores_nothing_twice(s3_env, tiny_model_dir, tmp_pat
 
 
 def test_register_stages_the_mlflow_model_beside_the_stored_weights(
-    s3_env, tiny_model_dir, tmp_path
+    s3_env, tiny_model_dir, tmp_path, mlflow_db
 ):
     """No artifact destination (a sqlite store): the registry's location is the producer's,
     `<root>/<run>/<i>/checkpoint`, and the weights are neither downloaded nor uploaded again."""
-    cfg = _cfg({"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "ckpt"})
+    cfg = _cfg({"tracking_uri": mlflow_db, "experiment": "ckpt"})
     uri = run_uri(cfg, "r", 0, "checkpoint")
     checkpoints.publish(cfg, tiny_model_dir, uri, tmp_path / "trained")
     weights_before = {k: v for k, v in objects(uri).items() if k.endswith(".safetensors")}

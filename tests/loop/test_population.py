@@ -121,11 +121,11 @@ def test_the_weakest_member_starts_from_the_strongest_at_the_interval(rolled, tm
     assert {"iteration": 1, "replaced": "member-0", "by": "member-1"} in after["history"]
 
 
-def test_each_member_is_registered_under_its_own_alias(tiny_model_dir, tmp_path):
+def test_each_member_is_registered_under_its_own_alias(tiny_model_dir, tmp_path, mlflow_db):
     """Two members of one iteration are two versions, each under its alias; a retried register
     finds its own member's version."""
     cfg = tiny_config(tiny_model_dir, tmp_path / "store")
-    tracking = TrackingConfig(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", experiment="p")
+    tracking = TrackingConfig(tracking_uri=mlflow_db, experiment="p")
     cfg = cfg.model_copy(update={"tracking": tracking})
     client, parent = connect(tracking), PipelineRun.start(tracking, "c").run_id
     evals = {cfg.champion_metric: 0.5}

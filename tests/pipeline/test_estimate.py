@@ -10,12 +10,13 @@ import itertools
 import pytest
 
 from sparring.cli.options import load_config
-from sparring.loop.config import DEFAULT_CONFIG, PipelineConfig
+from sparring.loop.config import CONFIG_DIR, DEFAULT_CONFIG, PipelineConfig
 from sparring.loop.estimate import (
     REFERENCE_MATMUL,
     estimate_here,
     estimate_seconds,
     eval_games,
+    games_on_test,
 )
 from sparring.loop.local import _Progress
 
@@ -69,6 +70,16 @@ def test_eval_games_count_each_mode_and_seat():
     assert eval_games(cfg) == cfg.game_init.num_val * (1 + 2 * ("vs_scripted" in cfg.eval.modes))
     both = {"eval.modes": ["selfplay", "vs_scripted"]}
     assert eval_games(config(**both, **{"eval.num_games": 16})) == 16 * 3  # fewer than num_val
+
+
+def test_diplomacy_plays_every_bot_on_val_and_only_the_champions_on_test():
+    """vs_scripted on val plays each of the 4 bots in each of the 7 countries; the test step
+    plays only the champion metric's games (greedy), for the start and the final model."""
+    cfg = config(CONFIG_DIR / "diplomacy-ablation.yaml")
+    assert eval_games(cfg) == cfg.game_init.num_val * 4 * 7
+    assert games_on_test(cfg) == 2 * cfg.game_init.num_test * 7
+    off = config(CONFIG_DIR / "diplomacy-ablation.yaml", **{"eval.breakdown": False})
+    assert eval_games(off) == cfg.game_init.num_val * 7
 
 
 def test_bypassing_the_old_log_prob_pass_saves_train_time_only():

@@ -28,7 +28,7 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def test_sigterm_stops_the_services_and_kills_the_parent_run(tmp_path: Path):
+def test_sigterm_stops_the_services_and_kills_the_parent_run(tmp_path: Path, mlflow_db: str):
     config = {
         "game": {"params": {"k": 3, "max_turns": 2}},
         "iterations": 2,
@@ -37,7 +37,7 @@ def test_sigterm_stops_the_services_and_kills_the_parent_run(tmp_path: Path):
         "game_init": {"num_train": 4, "num_val": 1},
         "rollout": {"games_per_init": 2, "sampling": {"max_new_tokens": 8}},
         "storage": {"root": "s3://sparring/stopped"},  # no endpoint: `run` starts SeaweedFS
-        "tracking": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "stop"},
+        "tracking": {"tracking_uri": mlflow_db, "experiment": "stop"},
     }
     path = tmp_path / "pipeline.yaml"
     path.write_text(yaml.safe_dump(config))

@@ -121,6 +121,7 @@ def kuhn_population(tmp_path: Path, model: Path) -> PipelineConfig:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_db")  # at tmp_path / "mlflow.db": kuhn_population's store
 def test_the_kfp_graph_plays_the_same_population_games_as_the_loop(
     tiny_model_dir, tmp_path, forked_tasks
 ):

@@ -95,7 +95,7 @@ def test_two_campaigns_never_share_storage_and_past_k_stays_in_its_campaign(tmp_
         assert (Path(folder) / "weights.txt").read_text() == key
 
 
-def test_two_runs_with_one_display_name_get_their_own_parent_and_storage(tmp_path):
+def test_two_runs_with_one_display_name_get_their_own_parent_and_storage(tmp_path, mlflow_db):
     """Two KFP runs shown as "nightly" (run ids differ): each `start` opens its own MLflow
     parent run, tagged with its run id and the display name, and stores its config under its
     own key; a retried `start` of the first finds its parent again."""
@@ -109,7 +109,7 @@ def test_two_runs_with_one_display_name_get_their_own_parent_and_storage(tmp_pat
             "games_per_iteration": 4,
             "game_init": {"num_train": 4, "num_val": 1},
             "storage": {"root": str(tmp_path / "store")},
-            "tracking": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"},
+            "tracking": {"tracking_uri": mlflow_db},
         }
     )
     first, second = (tasks.start(cfg, job, "nightly") for job in ("kfp-run-a", "kfp-run-b"))

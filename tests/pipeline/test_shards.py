@@ -102,6 +102,7 @@ def s3_env(s3_server, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_db")  # at tmp_path / "mlflow.db": sharded_config's store
 def test_merged_rollout_equals_a_single_task_rollout(
     s3_env, tiny_model_dir, tmp_path, forked_tasks
 ):

@@ -19,7 +19,7 @@ from sparring.tracking import PipelineRun, TrackingConfig, TrackingUnavailableEr
 
 
 @pytest.fixture
-def cfg(s3_server, tmp_path, monkeypatch) -> PipelineConfig:
+def cfg(s3_server, mlflow_db, monkeypatch) -> PipelineConfig:
     """A config on the real S3 server and a fresh sqlite MLflow store."""
     for key, value in s3_server.env().items():
         monkeypatch.setenv(key, value)
@@ -27,10 +27,7 @@ def cfg(s3_server, tmp_path, monkeypatch) -> PipelineConfig:
         {
             "game": {"params": {"k": 3}},
             "storage": {"root": f"s3://sparring/steps-{uuid.uuid4().hex[:6]}"},
-            "tracking": {
-                "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
-                "experiment": "steps",
-            },
+            "tracking": {"tracking_uri": mlflow_db, "experiment": "steps"},
             "registered_model": "steps-model",
         }
     )
@@ -148,7 +145,7 @@ def test_eval_report_shows_agreement_and_quality_apart_and_the_baselines(tmp_pat
     )
 
 
-def test_diplomacy_runs_through_every_pipeline_step(tiny_model_dir, tmp_path):
+def test_diplomacy_runs_through_every_pipeline_step(tiny_model_dir, tmp_path, mlflow_db):
     """`game: diplomacy` with country grouping: game-init, rollout (per-country metrics),
     GRPO on the `country` key, evaluation against the bots, registration."""
     pytest.importorskip("diplomacy")
@@ -171,7 +168,7 @@ def test_diplomacy_runs_through_every_pipeline_step(tiny_model_dir, tmp_path):
             },
             "storage": {"root": (tmp_path / "store").as_uri()},
             "tracking": {
-                "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+                "tracking_uri": mlflow_db,
                 "experiment": "dip",
             },
             "registered_model": "dip-model",
@@ -277,7 +274,7 @@ def test_past_checkpoint_opponents_load_the_right_iterations_model(
     tag = uuid.uuid4().hex[:6]
     if layout == "checkpoint-prefix":
         store = {"root": (tmp_path / "store").as_uri()}
-        tracking = {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+        tracking = {"tracking_uri": request.getfixturevalue("mlflow_db")}
     else:
         for key, value in request.getfixturevalue("s3_server").env().items():
             monkeypatch.setenv(key, value)

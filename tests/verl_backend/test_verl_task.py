@@ -96,6 +96,7 @@ def test_verl_launch_writes_the_rows_and_a_command_verls_hydra_config_accepts(
         )
 
 
+@pytest.mark.usefixtures("mlflow_db")  # at tmp_path / "mlflow.db": verl_cfg's store
 def test_main_ppo_gets_to_the_gpu_check_and_the_task_fails_with_its_last_lines(
     tiny_model_dir, tmp_path
 ):

@@ -202,11 +202,13 @@ class DiplomacyGame(Game):
         """`country` (the seat's power), `country_stage` (power / scenario stage) and
         `country_alliance` (power / its allies over the last year played, `alliances`: at the
         end of an episode, its last year; before any movement phase, `isolated`)."""
-        power = ROLES[seat]
+        power, phase = ROLES[seat], self.engine.get_current_phase()
+        if phase not in self._alliances:  # the engine's history is slow to read: once a phase
+            self._alliances[phase] = alliance_context(self.engine)
         return {
             "country": power,
             "country_stage": f"{power}/{self.state['stage']}",
-            "country_alliance": alliance_context(self.engine)[power],
+            "country_alliance": self._alliances[phase][power],
         }
 
     # ---- lifecycle -----------------------------------------------------------------------------
@@ -230,6 +232,7 @@ class DiplomacyGame(Game):
         self.power_stats = [PowerStats() for _ in ROLES]
         self._feedback: list[list[str]] = [[] for _ in ROLES]
         self._chat = [[{"role": "system", "content": self._system_prompt()}] for _ in range(7)]
+        self._alliances: dict[str, dict[str, str]] = {}  # phase -> `alliance_context`
         self._start_phase()
 
     @property

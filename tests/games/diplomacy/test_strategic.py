@@ -185,10 +185,8 @@ def test_the_report_and_the_comparison_files(tmp_path):
     assert label_of("runs/exp/model") == "exp/model" and label_of("greedy") == "greedy"
 
 
-def test_log_comparison_writes_one_mlflow_run_per_model(tmp_path):
-    tracking = TrackingConfig(
-        tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", experiment=uuid.uuid4().hex[:8]
-    )
+def test_log_comparison_writes_one_mlflow_run_per_model(tmp_path, mlflow_db):
+    tracking = TrackingConfig(tracking_uri=mlflow_db, experiment=uuid.uuid4().hex[:8])
     metrics = by_model()
     files = write_comparison(metrics, GameSpec(name="diplomacy"), tmp_path / "out")
     runs = log_comparison(

@@ -94,7 +94,9 @@ def test_cli_plays_rolls_out_trains_and_evaluates(name, tiny_model_dir, tmp_path
         assert 0 <= metrics[f"eval/vs_scripted/{role}/normalized_reward"] <= 1
 
 
-def test_pipeline_tasks_train_kuhn_poker_with_the_role_baseline(tiny_model_dir, tmp_path):
+def test_pipeline_tasks_train_kuhn_poker_with_the_role_baseline(
+    tiny_model_dir, tmp_path, mlflow_db
+):
     """The shipped Kuhn Poker config at a tiny size: game-init, warm start on scripted play,
     a self-play rollout, GRPO on the `role` key with std normalisation, evaluation, register."""
     cfg = PipelineConfig.from_yaml(CONFIG)
@@ -106,7 +108,7 @@ def test_pipeline_tasks_train_kuhn_poker_with_the_role_baseline(tiny_model_dir, 
             "game_init": {"num_train": 4, "num_val": 2},
             "warm_start": {"num_states": 4, "train": {"mini_batch_size": 8}},
             "storage": {"root": (tmp_path / "store").as_uri()},
-            "tracking": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"},
+            "tracking": {"tracking_uri": mlflow_db},
         }
     )
     inits = tasks.game_init(cfg, tmp_path / "inits", "r")
