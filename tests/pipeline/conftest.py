@@ -5,6 +5,7 @@ processes are forked from a preloaded zygote (tests/pipeline/zygote.py)."""
 
 from __future__ import annotations
 
+import shutil
 from typing import NamedTuple
 
 import pytest
@@ -43,10 +44,11 @@ def forked_tasks(zygote, monkeypatch) -> None:
 
 
 @pytest.fixture(scope="session")
-def tiny_run(s3_server, tiny_model_dir, tmp_path_factory, zygote) -> TinyRun:
+def tiny_run(s3_server, tiny_model_dir, tmp_path_factory, zygote, mlflow_template) -> TinyRun:
     """`tiny_config` run under kfp.local (`sparring run --kfp`'s path), the S3 variables set
-    only while it runs."""
+    only while it runs; its MLflow store starts as a copy of the migrated template."""
     tmp = tmp_path_factory.mktemp("tiny-run")
+    shutil.copyfile(mlflow_template, tmp / "mlflow.db")
     cfg = tiny_config(tmp, str(tiny_model_dir), s3_server)
     with pytest.MonkeyPatch.context() as mp:
         fork_kfp_local_tasks(zygote, mp)
