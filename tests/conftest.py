@@ -19,7 +19,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # The workers take these first, then the rest in collection order: the longest processing
 # time first, so that no worker starts a long file while the other is nearly done.
 LONGEST_FIRST = (
-    "tests/test_bench_smoke.py",  # 4.5
+    "tests/test_bench_smoke.py",  # 3 (its benches fork from the zygote)
     "tests/pipeline/test_kfp_backend.py",  # 3, with test_pipeline_e2e.py (TOGETHER)
     "tests/pipeline/test_tasks.py",  # 1
     "tests/games/diplomacy/test_transfer.py",  # 1
@@ -101,6 +101,42 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from sparring.tiny_model import init_tiny
 
     return init_tiny(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture(scope="session")
+def zygote():
+    """One preloaded Python per test worker (tests/zygote.py), forking the processes the tests
+    start: KFP tasks and benchmarks."""
+    from zygote import Zygote
+
+    forks = Zygote()
+    yield forks
+    forks.close()
+
+
+class Bench:
+    """A benchmark (`bench/<script>`) run as `python bench/<script> <args>`, forked from the
+    zygote."""
+
+    def __init__(self, zygote) -> None:
+        self.zygote = zygote
+
+    def output(self, script: str, *args: str) -> list[str]:
+        """Its stdout lines (it must exit 0)."""
+        path = Path(__file__).resolve().parents[1] / "bench" / script
+        code, out, err = self.zygote.run_script(str(path), list(args), dict(os.environ))
+        assert code == 0, f"bench/{script} exited with {code}:\n{err[-4000:]}"
+        return out.strip().splitlines()
+
+    def results(self, script: str, *args: str) -> dict[str, float]:
+        """Every `RESULT <name> <value>` line of its output, in order."""
+        lines = [line.split() for line in self.output(script, *args) if line.startswith("RESULT ")]
+        return {name: float(value) for _, name, value in lines}
+
+
+@pytest.fixture
+def bench(zygote) -> Bench:
+    return Bench(zygote)
 
 
 @pytest.fixture(scope="session")

@@ -24,31 +24,6 @@ from sparring.train import collate
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def bench_output(script: str, *args: str) -> list[str]:
-    """The benchmark's stdout lines (it must exit 0)."""
-    return (
-        subprocess.run(
-            [sys.executable, str(ROOT / "bench" / script), *args],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=True,
-        )
-        .stdout.strip()
-        .splitlines()
-    )
-
-
-def run_bench(script: str, *args: str) -> str:
-    return bench_output(script, *args)[-1]
-
-
-def bench_results(script: str, *args: str) -> dict[str, float]:
-    """Every `RESULT <name> <value>` line of the benchmark's output, in order."""
-    lines = [line.split() for line in bench_output(script, *args) if line.startswith("RESULT ")]
-    return {name: float(value) for _, name, value in lines}
-
-
 def jsonl(path: Path) -> list[dict]:
     """The rows a benchmark wrote, one JSON object a line."""
     return [json.loads(line) for line in path.read_text().splitlines()]
@@ -58,10 +33,10 @@ def positive(row: dict, *keys: str) -> bool:
     return all(math.isfinite(row[k]) and row[k] > 0 for k in keys)
 
 
-def test_rollout_bench(tiny_model_dir, tmp_path):
+def test_rollout_bench(bench, tiny_model_dir, tmp_path):
     """Both loops play the same 2 games of at most 2 turns; the RESULT lines repeat the rows'
     figures, the speedup last."""
-    lines = bench_output(
+    lines = bench.output(
         "rollout.py",
         *("--games", "2", "--max-turns", "2", "--model", str(tiny_model_dir)),
         *("--out", str(tmp_path)),
@@ -84,9 +59,9 @@ def test_rollout_bench(tiny_model_dir, tmp_path):
     assert float(results[1][1]) == pytest.approx(sequential["speedup"], abs=5e-3)
 
 
-def test_diplomacy_rollout_bench(tiny_model_dir):
+def test_diplomacy_rollout_bench(bench, tiny_model_dir):
     pytest.importorskip("diplomacy")
-    last = run_bench(
+    last = bench.output(
         "diplomacy_rollout.py",
         "--games",
         "2",
@@ -97,12 +72,12 @@ def test_diplomacy_rollout_bench(tiny_model_dir):
         "4",
         "--model",
         str(tiny_model_dir),
-    )
+    )[-1]
     name, value = last.split()[1:]
     assert name == "diplomacy_speedup" and float(value) > 0
 
 
-def test_grouping_ablation_bench(tiny_model_dir, tmp_path, monkeypatch):
+def test_grouping_ablation_bench(bench, tiny_model_dir, tmp_path, monkeypatch):
     """configs/diplomacy-ablation.yaml at smoke size: one seed of two arms runs the product loop
     from the shared warm start; an arm's score is its final model's games against greedy on
     the test state (the loop's test step; the val curve is the champion metric), and the
@@ -118,7 +93,7 @@ def test_grouping_ablation_bench(tiny_model_dir, tmp_path, monkeypatch):
     sets += ("eval.breakdown=false",)  # val: greedy alone, not every bot (tests/test_evaluate.py)
     args = [arg for pair in sets for arg in ("--set", pair)]
     keys = ("country", "init_seat")  # of the default four arms, the two the RESULT compares
-    lines = bench_output(
+    lines = bench.output(
         "grouping_ablation.py", *args, "--keys", *keys, "--seeds", "0", "--out", str(tmp_path)
     )
     saved = json.loads((tmp_path / "grouping_ablation.json").read_text())
@@ -208,7 +183,7 @@ def test_kuhn_bench_keeps_a_populations_members(tmp_path, monkeypatch):
     assert not (tmp_path / "single" / "kuhn_population.png").exists()
 
 
-def test_kuhn_bench_merges_side_by_side_runs(tmp_path):
+def test_kuhn_bench_merges_side_by_side_runs(bench, tmp_path):
     """`--merge` of per-seed folders: one kuhn.json with every seed's curve, a run stopped early
     counting its last evaluation as final, and the RESULTs (exploitability and card
     dependence, start and final) their mean and s.e. over seeds."""
@@ -223,7 +198,7 @@ def test_kuhn_bench_merges_side_by_side_runs(tmp_path):
         (tmp_path / seed / "kuhn.json").write_text(json.dumps(saved))
     out = tmp_path / "all"
     folders = [str(tmp_path / seed) for seed in exploitability]
-    results = bench_results("kuhn.py", "--merge", *folders, "--out", str(out))
+    results = bench.results("kuhn.py", "--merge", *folders, "--out", str(out))
     merged = json.loads((out / "kuhn.json").read_text())["curves"]
     assert {seed: [r["eval/exploitability"] for r in c] for seed, c in merged.items()} == (
         exploitability
@@ -238,7 +213,7 @@ def test_kuhn_bench_merges_side_by_side_runs(tmp_path):
     assert (out / "kuhn.png").stat().st_size > 1000
 
 
-def test_micro_batches_bench(tiny_model_dir, tmp_path):
+def test_micro_batches_bench(bench, tiny_model_dir, tmp_path):
     """Sorted and row-order splits of the same update: fewer padded tokens sorted, the same
     weights after it up to rounding, and the speedup as the RESULT."""
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
@@ -248,7 +223,7 @@ def test_micro_batches_bench(tiny_model_dir, tmp_path):
     samples = tmp_path / "samples.parquet"
     df.to_parquet(samples, index=False)
     sets = ("train.mini_batch_size=8", "train.micro_batch_size=2", "train.bypass_mode=false")
-    lines = bench_output(
+    lines = bench.output(
         "micro_batches.py", "--model", str(tiny_model_dir), "--samples", str(samples),
         *(arg for pair in sets for arg in ("--set", pair)), "--repeats", "1",
     )  # fmt: skip
@@ -274,7 +249,7 @@ def smoke_args(*pairs: str) -> list[str]:
     return [arg for pair in (*SMOKE, *pairs) for arg in ("--set", pair)]
 
 
-def test_learning_bench_runs_the_product_loop_per_training_seed(tiny_model_dir, tmp_path):
+def test_learning_bench_runs_the_product_loop_per_training_seed(bench, tiny_model_dir, tmp_path):
     """Two training seeds of configs/pipeline.yaml through `run_loop`: each curve starts with
     the evaluation before any update, the RESULT is the mean of the seeds' paired gains, and
     the test figures are summarized across the seeds. An arm (here the t1 arm) starts from the
@@ -282,7 +257,7 @@ def test_learning_bench_runs_the_product_loop_per_training_seed(tiny_model_dir, 
     seed. Split into one folder per seed and arm and merged, the runs give the same report."""
     sets = smoke_args(f"model={tiny_model_dir}", "games_per_iteration=8")
     arm = ("--t1-arm",)
-    results = bench_results("learning.py", *sets, *arm, "--seeds", "0", "1", "--out", str(tmp_path))
+    results = bench.results("learning.py", *sets, *arm, "--seeds", "0", "1", "--out", str(tmp_path))
     saved = json.loads((tmp_path / "learning.json").read_text())
     curves = saved["arms"]["recipe"]
     assert sorted(curves) == ["0", "1"]
@@ -346,7 +321,7 @@ def test_t1_arm_scores_every_row_at_temperature_1(tiny_model_dir):
     )
 
 
-def test_learning_bench_real_model(smollm2_dir, tmp_path):
+def test_learning_bench_real_model(bench, smollm2_dir, tmp_path):
     """bench/learning.py on the SmolLM2 recipe (LoRA warm start, one GRPO iteration): one
     state each to warm-start on, to play (twice: a group), to evaluate and to test on."""
     sets = smoke_args(
@@ -356,18 +331,18 @@ def test_learning_bench_real_model(smollm2_dir, tmp_path):
         "warm_start.train.micro_batch_size=1",
     )  # and SMOKE's short games: the smoke checks the path, not the play
     config = str(ROOT / "configs" / "pipeline-smollm2.yaml")
-    results = bench_results("learning.py", "--config", config, *sets, "--out", str(tmp_path))
+    results = bench.results("learning.py", "--config", config, *sets, "--out", str(tmp_path))
     assert list(results)[0] == "learning_gain" and abs(results["learning_gain"]) <= 1
     assert 0 <= results["real_test_reward"] <= 1  # one test state: its final score
     saved = json.loads((tmp_path / "learning.json").read_text())
     assert [row["iteration"] for row in saved["arms"]["recipe"]["0"]] == [-1, 0]
 
 
-def test_engine_profile_rows_add_up_to_the_wall_time(tiny_model_dir, tmp_path):
+def test_engine_profile_rows_add_up_to_the_wall_time(bench, tiny_model_dir, tmp_path):
     """Prefill's own forwards and caches are listed under it, not counted twice: the top-level
     phases are disjoint calls inside the play, so their sum is at most the wall time; every
     decode step falls in one batch-size bucket and in the roofline, whose fraction is last."""
-    lines = bench_output(
+    lines = bench.output(
         "engine_profile.py",
         *("--model", str(tiny_model_dir), "--games", "4", "--max-turns", "2"),
         *("--max-new-tokens", "8", "--device", "cpu", "--out", str(tmp_path)),

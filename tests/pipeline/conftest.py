@@ -1,7 +1,7 @@
 """The tiny two-iteration pipeline, run once per session under kfp.local: the end-to-end test
 and the KFP-backend harness (which compares its own run with this one) share it, and under
 xdist both files run on one worker (TOGETHER in tests/conftest.py), so it is built once. Task
-processes are forked from a preloaded zygote (tests/pipeline/zygote.py)."""
+processes are forked from the preloaded zygote (tests/zygote.py, the `zygote` fixture)."""
 
 from __future__ import annotations
 
@@ -20,14 +20,6 @@ from sparring.loop.local import LocalRun, run_local
 class TinyRun(NamedTuple):
     cfg: PipelineConfig
     result: LocalRun
-
-
-@pytest.fixture(scope="session")
-def zygote():
-    """One preloaded Python per test worker, forking each KFP task's process."""
-    forks = Zygote()
-    yield forks
-    forks.close()
 
 
 def fork_kfp_local_tasks(zygote: Zygote, mp: pytest.MonkeyPatch) -> None:

@@ -155,7 +155,7 @@ class Backend:
     ) -> None:
         """`env`: what the pods get besides the IR's own env (the Secret's keys, the MLflow
         plugin's MLFLOW_TRACKING_URI); `s3`: how the launcher reaches the pipeline root;
-        `start`: how a pod's command runs (a fresh process, or tests/pipeline/zygote.py's
+        `start`: how a pod's command runs (a fresh process, or tests/zygote.py's
         fork)."""
         self.spec, platform = yaml.safe_load_all(Path(ir_path).read_text())
         self.k8s = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]

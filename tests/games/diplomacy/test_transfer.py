@@ -57,13 +57,11 @@ def test_a_grpo_step_on_the_tiny_models_diplomacy_samples_logs_the_transfer_loss
     assert 1 <= metrics["train/transfer_pairs"] <= 3  # the pairs in each micro-batch of 7
 
 
-def test_transfer_ablation_bench(tiny_model_dir, tmp_path):
+def test_transfer_ablation_bench(bench, tiny_model_dir, tmp_path):
     """bench/transfer_ablation.py at smoke size: a shared warm start, one seed of weights 0
     and 1 through the product loop (one self-play game: the seven powers' samples, all three
     pairs in one GRPO step), each country's final evaluation against greedy, the weaker power
     of each pair and its gain; RESULT last."""
-    from test_bench_smoke import bench_output
-
     sets = (f"model={tiny_model_dir}", "iterations=1", "game_init.num_train=1")
     sets += ("game_init.num_val=1", "rollout.games_per_init=1", "games_per_iteration=1")
     sets += ("warm_start.num_states=1", "warm_start.train.epochs=1", "train.mini_batch_size=7")
@@ -71,7 +69,7 @@ def test_transfer_ablation_bench(tiny_model_dir, tmp_path):
     sets += ("rollout.sampling.max_new_tokens=8", "eval.rollout.sampling.max_new_tokens=8")
     sets += ("eval.breakdown=false",)  # greedy alone: the games the bench reads
     args = [arg for pair in sets for arg in ("--set", pair)]
-    lines = bench_output(
+    lines = bench.output(
         "transfer_ablation.py", *args, "--weights", "0", "1", "--seeds", "0", "--out", str(tmp_path)
     )
     saved = json.loads((tmp_path / "transfer_ablation.json").read_text())

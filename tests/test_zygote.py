@@ -1,13 +1,15 @@
-"""tests/pipeline/zygote.py runs a lightweight component's command as a fresh process would:
-the same outputs, exit code, log, environment and start-up `sitecustomize`."""
+"""tests/zygote.py runs a lightweight component's command, or a Python script, as a fresh
+process would: the same outputs, exit code, log, environment, `sys.path` and start-up
+`sitecustomize`."""
 
 import json
 import os
+import subprocess
 import sys
 
 import yaml
 from kfp import compiler, dsl
-from zygote import Zygote, is_component_command
+from zygote import Zygote, is_component_command, is_script_command
 
 
 @dsl.component(base_image="python:3.11", install_kfp_package=False)
@@ -58,5 +60,29 @@ def test_a_forked_task_runs_as_a_fresh_process_would(tmp_path):
 
         failed, failed_log = forks.run(command_for(tmp_path, "fail"), env)
         assert failed == 1 and "ValueError: asked to fail" in failed_log
+    finally:
+        forks.close()
+
+
+SCRIPT = """import json, os, sys
+print(json.dumps([__name__, sys.argv, sys.path[0], os.environ["GREETING_FROM"], os.getcwd()]))
+print("to stderr", file=sys.stderr)
+sys.exit(int(sys.argv[1]))
+"""
+
+
+def test_a_forked_script_runs_as_python_would(tmp_path):
+    script = tmp_path / "bench" / "probe.py"
+    script.parent.mkdir()
+    script.write_text(SCRIPT)
+    env = dict(os.environ, GREETING_FROM="the test")
+    command = [sys.executable, str(script), "0", "--flag"]
+    assert is_script_command(command) and not is_component_command(command)
+    fresh = subprocess.run(command, env=env, capture_output=True, text=True)
+    forks = Zygote(preload=("json",))
+    try:
+        assert forks.run_script(str(script), command[2:], env) == (0, fresh.stdout, fresh.stderr)
+        code, out, _ = forks.run_script(str(script), ["4"], env)  # its own exit code
+        assert code == 4 and json.loads(out)[1] == [str(script), "4"]
     finally:
         forks.close()

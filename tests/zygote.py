@@ -1,15 +1,19 @@
-"""A zygote for the pipeline tests' task processes: one Python that imported the heavy
-third-party libraries once (torch, transformers' model classes, MLflow, verl's GRPO functions)
-and forks a child for each KFP task instead of starting a fresh interpreter.
+"""A zygote for the tests' Python processes: one Python that imported the heavy third-party
+libraries once (torch, transformers' model classes, MLflow, verl's GRPO functions) and forks a
+child for each process a test starts, instead of a fresh interpreter.
 
 A task process spends ~10 of its ~13 s importing those libraries (py-spy over the tiny
-pipeline under kfp.local: 73% of the samples in imports), and the suite starts ~60 of them.
-The child runs exactly what the task's container command runs, a lightweight component's
-`sh -ec 'program_path=$(mktemp -d); printf "%s" "$0" > .../ephemeral_component.py;
-python3 -m kfp.dsl.executor_main --component_module_path ... "$@"'`, with the same arguments
-(the executor input), environment (a `sitecustomize.py` on its PYTHONPATH included) and working
-directory. Sparring's own modules are not preloaded: each task imports them fresh, under its
-own environment. A command of any other shape runs as a real subprocess.
+pipeline under kfp.local: 73% of the samples in imports), and the suite starts ~60 of them;
+a benchmark's start-up is the same 12 s of imports. Two command shapes fork:
+- a KFP lightweight component's container command, `sh -ec 'program_path=$(mktemp -d); printf
+  "%s" "$0" > .../ephemeral_component.py; python3 -m kfp.dsl.executor_main
+  --component_module_path ... "$@"'`: the child runs exactly that, with the same arguments
+  (the executor input), environment (a `sitecustomize.py` on its PYTHONPATH included) and
+  working directory;
+- `python <script>.py <args...>` with this interpreter (a benchmark): the child runs the script
+  as `__main__`, its folder first on `sys.path`, as `python` would.
+Sparring's own modules are not preloaded: each child imports them fresh, under its own
+environment. A command of any other shape runs as a real subprocess.
 """
 
 from __future__ import annotations
@@ -51,9 +55,14 @@ def is_component_command(command: list[str]) -> bool:
     )
 
 
+def is_script_command(command: list[str]) -> bool:
+    """`<this interpreter> <script>.py <args...>`."""
+    return len(command) >= 2 and command[0] == sys.executable and command[1].endswith(".py")
+
+
 class Zygote:
-    """The preloaded Python, started on first use; `run` is one task, one at a time: kfp.local
-    runs a ParallelFor's iterations in threads, and each request must read its own reply."""
+    """The preloaded Python, started on first use; one child at a time: kfp.local runs a
+    ParallelFor's iterations in threads, and each request must read its own reply."""
 
     def __init__(self, preload: tuple[str, ...] = PRELOAD) -> None:
         self.preload = preload
@@ -64,32 +73,45 @@ class Zygote:
         self, command: list[str], env: dict[str, str], cwd: str | None = None
     ) -> tuple[int, str]:
         """Run `command` with `env` (the whole environment) in `cwd`: a forked child for a
-        component command, else a subprocess. Returns (exit code, stdout and stderr)."""
-        if not is_component_command(command):
+        component or script command, else a subprocess. Returns (exit code, stdout and
+        stderr together)."""
+        if not (is_component_command(command) or is_script_command(command)):
             proc = subprocess.run(
                 command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
             )
             return proc.returncode, proc.stdout.decode(errors="replace")
-        with self._turn:
-            return self._fork(command, env, cwd)
-
-    def _fork(self, command: list[str], env: dict[str, str], cwd: str | None) -> tuple[int, str]:
-        """One request to the zygote and its reply (the caller holds the turn)."""
-        if self._proc is None:
-            self._proc = subprocess.Popen(
-                [sys.executable, __file__, *self.preload],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                env={k: v for k, v in os.environ.items() if not k.startswith("PYTEST")},
-            )
         with tempfile.NamedTemporaryFile(suffix=".log") as log:
-            request = {"command": command, "env": env, "cwd": cwd or os.getcwd(), "log": log.name}
+            code = self._fork(command, env, cwd, log.name, log.name)
+            return code, Path(log.name).read_text(errors="replace")
+
+    def run_script(self, script: str, args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+        """`python <script> <args>` in a forked child: (exit code, stdout, stderr)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+            out.touch(), err.touch()
+            code = self._fork([sys.executable, script, *args], env, None, str(out), str(err))
+            return code, out.read_text(errors="replace"), err.read_text(errors="replace")
+
+    def _fork(
+        self, command: list[str], env: dict[str, str], cwd: str | None, stdout: str, stderr: str
+    ) -> int:
+        """One request to the zygote and its reply: the child's exit code."""
+        with self._turn:
+            if self._proc is None:
+                self._proc = subprocess.Popen(
+                    [sys.executable, __file__, *self.preload],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    env={k: v for k, v in os.environ.items() if not k.startswith("PYTEST")},
+                )
+            request = {"command": command, "env": env, "cwd": cwd or os.getcwd()}
+            request |= {"stdout": stdout, "stderr": stderr}
             self._proc.stdin.write(json.dumps(request).encode() + b"\n")
             self._proc.stdin.flush()
             reply = self._proc.stdout.readline()
             if not reply:
                 raise RuntimeError(f"the zygote died (exit code {self._proc.poll()})")
-            return json.loads(reply)["returncode"], Path(log.name).read_text(errors="replace")
+            return json.loads(reply)["returncode"]
 
     def run_local_subprocess(self, full_command: list[str], env_vars: dict | None = None) -> int:
         """kfp.local's `subprocess_task_handler.run_local_subprocess`, through the zygote:
@@ -130,20 +152,26 @@ def _serve(preload: list[str]) -> None:
         replies.flush()
 
 
-def _child(command: list[str], env: dict[str, str], cwd: str, log: str) -> None:
-    """In the forked child: what `sh -ec <script> <source> <args>` would run, then exit."""
+def _child(command: list[str], env: dict[str, str], cwd: str, stdout: str, stderr: str) -> None:
+    """In the forked child: what the command would run in a fresh process, then exit."""
     import runpy
     import traceback
 
     code = 1
     try:
-        fd = os.open(log, os.O_WRONLY | os.O_TRUNC)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
+        for fd, path in ((1, stdout), (2, stderr)):
+            os.dup2(os.open(path, os.O_WRONLY | os.O_TRUNC), fd)
         os.chdir(cwd)
         os.environ.clear()
         os.environ.update(env)
         paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        if is_script_command(command):  # `python script.py`: the script's folder first
+            script, args = command[1], command[2:]
+            sys.path[0] = str(Path(script).resolve().parent)
+            sys.path[1:1] = paths
+            sys.argv = [script, *args]
+            runpy.run_path(script, run_name="__main__")
+            sys.exit(0)
         sys.path[:0] = [cwd, *paths]  # `python -m`'s working directory, then PYTHONPATH
         for folder in paths:  # what the interpreter's `site` would have run at start-up
             if (Path(folder) / "sitecustomize.py").exists():
