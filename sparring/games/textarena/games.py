@@ -32,6 +32,10 @@ def scripted_and_random(name: str, scripted: str) -> dict[str, str]:
     }
 
 
+RANKS = {"J": "lowest", "Q": "middle", "K": "highest"}
+"""Kuhn Poker's cards by rank, as `card_rank` names them."""
+
+
 class KuhnPoker(TextArenaGame):
     """TextArena's KuhnPoker-v0 (SPIRAL's main training game), its chip accounting fixed
     (`sparring.games.textarena.kuhn`)."""
@@ -50,6 +54,7 @@ class KuhnPoker(TextArenaGame):
         max_retries: int = 1,
         reward: str = "win",
         restate_card: bool = False,
+        card_rank: bool = False,
     ) -> None:
         if max_rounds < 1:
             raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
@@ -62,6 +67,9 @@ class KuhnPoker(TextArenaGame):
         self.restate_card = restate_card
         """End every decision's observation with `[GAME] Your card: K.` (TextArena says the
         card once, when the hand is dealt, hundreds of tokens before a late decision)."""
+        self.card_rank = card_rank
+        """With `restate_card`, name the card's rank too: `[GAME] Your card: K, the highest
+        card.` (the tiny model's tokenizer writes J and Q as two rare single letters)."""
         super().__init__(max_retries, max_rounds=max_rounds)
 
     @classmethod
@@ -82,8 +90,13 @@ class KuhnPoker(TextArenaGame):
         return [f"[{move}]" for move in self.game_state["current_legal_action_tree"]]
 
     def cue(self, seat: int) -> str | None:
-        """`[GAME] Your card: K.` with `restate_card`."""
-        return f"[GAME] Your card: {self.card(seat)}." if self.restate_card else None
+        """`[GAME] Your card: K.` with `restate_card` (`K, the highest card.` with
+        `card_rank`)."""
+        if not self.restate_card:
+            return None
+        card = self.card(seat)
+        rank = f", the {RANKS[card]} card" if self.card_rank else ""
+        return f"[GAME] Your card: {card}{rank}."
 
     @property
     def rewards(self) -> list[float]:

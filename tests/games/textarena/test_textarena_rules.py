@@ -194,3 +194,17 @@ def test_kuhn_restate_card_ends_every_decision_with_the_seats_card():
     plain = make_game("kuhn-poker", max_rounds=2)
     plain.reset(plain.generate_state(4))
     assert "Your card:" not in plain.messages(plain.current_seat)[-1]["content"]
+
+
+def test_kuhn_card_rank_names_the_rank_in_the_restated_card():
+    named = {}
+    for seed in range(12):  # deals that give the opener each card
+        game = make_game("kuhn-poker", max_rounds=1, restate_card=True, card_rank=True)
+        game.reset(game.generate_state(seed))
+        card = game.card(game.current_seat)
+        named[card] = game.messages(game.current_seat)[-1]["content"].rsplit("\n", 1)[-1]
+    assert named == {
+        "J": "[GAME] Your card: J, the lowest card.",
+        "Q": "[GAME] Your card: Q, the middle card.",
+        "K": "[GAME] Your card: K, the highest card.",
+    }
