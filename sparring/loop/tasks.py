@@ -30,7 +30,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import yaml
@@ -51,6 +51,9 @@ from sparring.metrics import (
 )
 from sparring.rollout import RolloutConfig, build_policies, learner_plays, load_inits
 from sparring.stats import paired_gain
+
+if TYPE_CHECKING:
+    from sparring.evaluate import EvalConfig
 
 # Compute-time metrics the tasks report; the rest of the wall time is pipeline overhead.
 PERF_EVAL = metric_name(PERF, "eval_seconds")
@@ -315,7 +318,7 @@ def load_scores(eval_dir: str | Path) -> dict[str, float]:
     return json.loads((Path(eval_dir) / SCORES_FILE).read_text())
 
 
-def test_eval(cfg: PipelineConfig, baselines: bool) -> Any:
+def test_eval(cfg: PipelineConfig, baselines: bool) -> EvalConfig:
     """The test step's EvalConfig: every test state, only the champion metric's mode (no
     game-added lineups), the game's baselines if asked (the final model's evaluation)."""
     mode = (split_eval(cfg.champion_metric) or ("",))[0]
@@ -334,8 +337,8 @@ def evaluate_test(
     iteration: int = 0,
 ) -> dict[str, float]:
     """Score the start and the final model once on every test state, in the champion metric's
-    mode alone (`vs_previous` plays the start; `test_eval`): `test/start`, `test/final`, and the paired
-    `test/gain` with its standard error `test/gain_se`; beside them the game's baselines on
+    mode alone (`test_eval`; `vs_previous` plays the start): `test/start`, `test/final`, and
+    the paired `test/gain` with its standard error `test/gain_se`; beside them the game's baselines on
     the same states, `test/baseline/<name>` (with `_se`), and the final model's
     `test/gain_over_best_trivial` (paired over the states), and both evaluations' seconds
     `perf/eval_seconds`. Written to test.json beside both models' scores, uploaded, and logged
