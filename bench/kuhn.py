@@ -23,6 +23,12 @@ configs/kuhn.yaml, per training seed, scored by exact exploitability (open_spiel
    `kuhn_exploitability_final`, `kuhn_card_dependence_start` and `kuhn_card_dependence_final`
    and their `_se_seeds` (standard error over training seeds); kuhn.png plots the card
    dependence under the exploitability
+4. the average of the iterates: each evaluation also logs its table (`eval/p_bet/<state>`),
+   and the report scores the mixture of every updated model so far, one drawn per hand
+   (`exploitability.mixture`; no-regret self-play converges to Nash in that average, not
+   necessarily in its last iterate): the dashed curves of kuhn.png,
+   `RESULT kuhn_exploitability_average` (the mixture of all of them) and its `_se_seeds`,
+   and the first seed's table as policy_average.json
 
 `--merge DIR...` runs nothing: it reports the `--out` folders of earlier invocations (say one
 process per seed, side by side on one GPU) as one, from the curves each wrote as it went; a
@@ -39,7 +45,13 @@ from pathlib import Path
 from learning import measured, saved_config, saved_figure  # bench/learning.py, next to this file
 
 from sparring.cli.options import load_config, parse_params
-from sparring.games.textarena.exploitability import read_policy
+from sparring.games.textarena.exploitability import (
+    INFO_STATES,
+    TablePolicy,
+    exploitability,
+    mixture,
+    read_policy,
+)
 from sparring.generation.hf import HFBackend
 from sparring.loop.config import CONFIG_DIR, PipelineConfig
 from sparring.loop.runner import Iteration, run_loop
@@ -56,6 +68,7 @@ SHOWN = (
     "train/no_signal",
 )
 MEMBERS = ("/rating", f"/{METRIC}")
+BETS = "eval/p_bet/"  # + an information state: the evaluated table's P(bet or call) there
 
 
 def row(metrics: dict[str, float]) -> dict[str, float]:
@@ -64,8 +77,23 @@ def row(metrics: dict[str, float]) -> dict[str, float]:
     return {
         k: v
         for k, v in metrics.items()
-        if k in SHOWN or (k.startswith("population/") and k.endswith(MEMBERS))
+        if k in SHOWN or k.startswith(BETS) or (k.startswith("population/") and k.endswith(MEMBERS))
     }
+
+
+def table(r: dict[str, float]) -> TablePolicy:
+    """The table a curve's row logged (`BETS`)."""
+    return {s: {"Pass": 1 - r[BETS + s], "Bet": r[BETS + s]} for s in INFO_STATES}
+
+
+def averaged(curve: list[dict]) -> list[float]:
+    """The exploitability of the mixture of the updated models up to each iteration (the rows
+    after the start's); [] where the rows lack their tables."""
+    rows = curve[1:]
+    if not rows or any(BETS + INFO_STATES[0] not in r for r in rows):
+        return []
+    tables = [table(r) for r in rows]
+    return [exploitability(mixture(tables[: i + 1])) for i in range(len(tables))]
 
 
 def policy(cfg: PipelineConfig, model: Path) -> dict[str, dict[str, float]]:
@@ -82,7 +110,10 @@ def plot(curves: dict[int, list[dict]], path: Path, title: str) -> None:
         ax = axes[0]
         for seed, curve in curves.items():
             x, y = [r["iteration"] for r in curve], [r[METRIC] for r in curve]
-            ax.plot(x, y, "o-", label=f"seed {seed}")
+            line = ax.plot(x, y, "o-", label=f"seed {seed}")[0]
+            if average := averaged(curve):
+                ax.plot(x[1:], average, "--", color=line.get_color(),
+                        label=f"seed {seed}, the iterates mixed")  # fmt: skip
         ax.axhline(11 / 24, color="gray", ls="--", lw=1, label="uniform random (0.458)")
         ax.axhline(1 / 3, color="gray", ls=":", lw=1, label="always bet or call (0.333)")
         ax.axhline(0, color="black", lw=0.8)
@@ -158,6 +189,11 @@ def main() -> None:
                 (out / f"policy_{name}.json").write_text(
                     json.dumps(policy(cfg, it.model_dir), indent=1, sort_keys=True)
                 )
+            if averaged(curve):
+                mixed = mixture([table(r) for r in curve[1:]])
+                (out / "policy_average.json").write_text(
+                    json.dumps(mixed, indent=1, sort_keys=True)
+                )
     report(saved, out)
 
 
@@ -177,6 +213,8 @@ def report(saved: dict, out: Path) -> None:
     if all(CARDS in c[0] and CARDS in c[-1] for c in curves.values()):
         figures |= {f"kuhn_card_dependence_{name}": [c[i][CARDS] for c in curves.values()]
                     for name, i in (("start", 0), ("final", -1))}  # fmt: skip
+    if all(averages := [averaged(c) for c in curves.values()]):
+        figures["kuhn_exploitability_average"] = [a[-1] for a in averages]
     for name, values in figures.items():
         mean, se = mean_se(values)  # se over training seeds (nan for one seed)
         print(f"RESULT {name} {mean:.4f}")

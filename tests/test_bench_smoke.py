@@ -165,9 +165,9 @@ def test_kuhn_bench_keeps_a_populations_members(tmp_path, monkeypatch):
     metrics |= {"population/member-0/rating": 20.0, "population/member-0/train/loss": 0.2}
     metrics |= {"population/member-0/eval/exploitability": 0.4}
     metrics |= {"population/member-1/rating": 18.0, "population/member-1/eval/exploitability": 0.5}
-    kept = kuhn["row"](metrics)
-    assert sorted(kept) == sorted(
-        ["eval/card_dependence"]
+    metrics |= {"eval/p_bet/0pb": 0.3}  # the table, kept for the average
+    assert sorted(kept := kuhn["row"](metrics)) == sorted(
+        ["eval/card_dependence", "eval/p_bet/0pb"]
         + [f"population/member-{i}/{k}" for i in (0, 1) for k in ("rating", "eval/exploitability")]
     )
     curve = [{"seed": 0, "iteration": -1, "eval/exploitability": 0.45}]
@@ -186,13 +186,18 @@ def test_kuhn_bench_keeps_a_populations_members(tmp_path, monkeypatch):
 def test_kuhn_bench_merges_side_by_side_runs(bench, tmp_path):
     """`--merge` of per-seed folders: one kuhn.json with every seed's curve, a run stopped early
     counting its last evaluation as final, and the RESULTs (exploitability and card
-    dependence, start and final) their mean and s.e. over seeds."""
+    dependence, start and final) their mean and s.e. over seeds. The average is each seed's
+    updated tables mixed: seed 0's two Nash tables (0), seed 1's always-call (1/3)."""
+    from sparring.games.textarena import exploitability as kuhn
+
     exploitability = {"0": [0.8, 0.5, 0.34], "1": [0.34, 0.33]}  # seed 1 stopped early
     cards = {"0": [0.0, 0.2, 0.5], "1": [0.1, 0.7]}
+    tables = {"0": [kuhn.UNIFORM, kuhn.NASH, kuhn.NASH], "1": [kuhn.UNIFORM, kuhn.ALWAYS_CALL]}
     for seed, values in exploitability.items():
-        pairs = enumerate(zip(values, cards[seed], strict=True))
+        pairs = enumerate(zip(values, cards[seed], tables[seed], strict=True))
         curve = [{"seed": int(seed), "iteration": i - 1, "eval/exploitability": v,
-                  "eval/card_dependence": c} for i, (v, c) in pairs]  # fmt: skip
+                  "eval/card_dependence": c} | {f"eval/p_bet/{s}": r["Bet"] for s, r in t.items()}
+                 for i, (v, c, t) in pairs]  # fmt: skip
         (tmp_path / seed).mkdir()
         saved = {"config": "configs/kuhn-smollm2.yaml", "set": [], "curves": {seed: curve}}
         (tmp_path / seed / "kuhn.json").write_text(json.dumps(saved))
@@ -210,6 +215,8 @@ def test_kuhn_bench_merges_side_by_side_runs(bench, tmp_path):
     assert results["kuhn_exploitability_final_se_seeds"] == pytest.approx(se, abs=1e-4)
     assert results["kuhn_card_dependence_start"] == pytest.approx(0.05, abs=1e-4)
     assert results["kuhn_card_dependence_final"] == pytest.approx(0.6, abs=1e-4)
+    assert results["kuhn_exploitability_average"] == pytest.approx(1 / 6, abs=1e-4)
+    assert results["kuhn_exploitability_average_se_seeds"] == pytest.approx(1 / 6, abs=1e-4)
     assert (out / "kuhn.png").stat().st_size > 1000
 
 

@@ -125,8 +125,9 @@ class KuhnPoker(TextArenaGame):
         self, policy: Any, temperature: float, play: PlayGames | None = None
     ) -> dict[str, float]:
         """`exploitability` and `card_dependence` of the policy read out at the 12
-        information sets of one hand, and `exploitability/<baseline>` of the baselines' tables
-        beside it (`sparring.games.textarena.exploitability`)."""
+        information sets of one hand, the table itself (`p_bet/<information state>`: the
+        probability of bet or call there), and `exploitability/<baseline>` of the baselines'
+        tables beside it (`sparring.games.textarena.exploitability`)."""
         from sparring.games.textarena import exploitability as kuhn
 
         table = kuhn.read_policy(policy, self, temperature)
@@ -134,6 +135,7 @@ class KuhnPoker(TextArenaGame):
         tables["kuhn-poker-nash"] = kuhn.NASH
         own = {"exploitability": kuhn.exploitability(table)}
         own["card_dependence"] = kuhn.card_dependence(table)
+        own |= {f"p_bet/{state}": row["Bet"] for state, row in table.items()}
         return own | {
             f"exploitability/{name}": kuhn.exploitability(t) for name, t in tables.items()
         }
