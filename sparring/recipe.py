@@ -167,6 +167,11 @@ class Recipe(_Strict):
         game = GameSpec.model_validate(data.get("game") or {})
         for path in GAME_SECTIONS:
             data = _with_game(data, path, game)
+        choose = _as_dict(data.get("rollout")).get("choose_legal")
+        if choose is not None:  # evaluation plays as training does, unless it says otherwise
+            section = _as_dict(data.get("eval"))
+            rollout = {"choose_legal": choose, **_as_dict(section.get("rollout"))}
+            data["eval"] = {**section, "rollout": rollout}
         train = _as_dict(data.get("train"))
         for name, section in (("train", train), ("warm_start.train", _ws_train(data))):
             if "device" in section:

@@ -59,9 +59,17 @@ class RolloutConfig(BaseModel):
     max_live_games: int | None = Field(None, ge=1)
     """Games in flight at once (None = all). Bounds the engine's KV cache: e.g. 64 keeps
     SmolLM2-135M's matching games (2 seats of <= ~1,200 tokens) inside HFBackend's 8 GiB."""
+    choose_legal: bool = False
+    """Model seats answer with one of the game's legal moves (`legal_moves(seat)`), drawn in
+    proportion to the probability that sampling writes exactly it (the engine's `choose`),
+    instead of free text: no malformed replies. For games with a short list of moves."""
 
     @model_validator(mode="after")
     def _check(self) -> RolloutConfig:
+        if self.choose_legal and not hasattr(self.game.cls, "legal_moves"):
+            raise ValueError(f"choose_legal: {self.game.name} does not list its legal moves")
+        if self.choose_legal and self.sampling.top_p < 1:
+            raise ValueError("choose_legal scores whole replies; it needs sampling.top_p: 1")
         if self.max_context_tokens <= self.sampling.max_new_tokens:
             raise ValueError(
                 f"max_context_tokens ({self.max_context_tokens}) must exceed "
@@ -208,7 +216,7 @@ def play(
         for name, todo in turns.items():
             policy = policies[name]
             if isinstance(policy, GenerationBackend):
-                calls += _model_turns(policy, todo, cfg.max_context_tokens, cfg.sampling)
+                calls += _model_turns(policy, todo, cfg)
             else:
                 for lg, seat in todo:
                     _scripted_turn(policy, lg, seat)
@@ -274,18 +282,16 @@ def _scripted_turn(agent: Agent, lg: LiveGame, seat: int) -> None:
 
 
 def _model_turns(
-    backend: GenerationBackend,
-    todo: list[tuple[LiveGame, int]],
-    max_context: int,
-    sampling: SamplingParams,
+    backend: GenerationBackend, todo: list[tuple[LiveGame, int]], cfg: RolloutConfig
 ) -> int:
-    """Answer all of one model's pending turns with a single batched generate call."""
-    prompts, asked = [], []
+    """Answer all of one model's pending turns with a single batched generate call (or
+    `choose` among each seat's legal moves)."""
+    prompts, asked, sampling = [], [], cfg.sampling
     for lg, seat in todo:
         if lg.truncated:
             continue
         ids = lg.traces[seat].prompt(lg.game.messages(seat))
-        if len(ids) + sampling.max_new_tokens > max_context:
+        if len(ids) + sampling.max_new_tokens > cfg.max_context_tokens:
             lg.truncated = True
             continue
         prompts.append(ids)
@@ -296,7 +302,11 @@ def _model_turns(
     seeds = None
     if sampling.seed is not None:  # a distinct, reproducible seed for every seat and game step
         seeds = [session_seed(sampling.seed * 100_003 + lg.steps, lg.session(s)) for lg, s in asked]
-    replies = backend.generate(prompts, sampling, sessions, seeds)
+    if cfg.choose_legal:
+        moves = [lg.game.legal_moves(seat) for lg, seat in asked]
+        replies = backend.choose(prompts, moves, sampling, seeds)
+    else:
+        replies = backend.generate(prompts, sampling, sessions, seeds)
     for (lg, seat), out in zip(asked, replies, strict=True):
         if lg.truncated:  # another seat of this game outgrew the context in this call
             continue

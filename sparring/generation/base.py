@@ -86,6 +86,23 @@ class GenerationBackend(ABC):
         `seeds` gives each prompt its own sampling seed; default `row_seeds(params.seed, ...)`.
         """
 
+    def choose(
+        self,
+        prompts: list[list[int]],
+        options: list[list[str]],
+        params: SamplingParams,
+        seeds: list[int | None] | None = None,
+    ) -> list[Completion]:
+        """For each prompt (token ids), one of its `options` (reply texts, each followed by
+        the end-of-turn token), drawn in proportion to the probability that sampling at
+        `params.temperature` writes exactly it (greedy: the likeliest), with its ids and
+        log-probs as `generate` returns them. Only an engine that scores replies
+        teacher-forced can (`rollout.choose_legal`)."""
+        raise NotImplementedError(
+            f"the {self.name} engine can't choose among legal moves (rollout.choose_legal); "
+            "use rollout.backend.name: hf"
+        )
+
     def release(self, sessions: list[str]) -> None:  # noqa: B027 - optional hook
         """Forget cached state of finished sessions."""
 

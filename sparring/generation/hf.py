@@ -48,6 +48,7 @@ from sparring.device import pick_device
 from sparring.generation import attention, int8_linear, packed_linear
 from sparring.generation.base import Completion, GenerationBackend, SamplingParams, row_seeds
 from sparring.generation.stops import trim_reply, turn_stop_ids, until_stop
+from sparring.logprobs import token_log_probs
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values, each (H, T, D)
 
@@ -127,6 +128,56 @@ class HFBackend(GenerationBackend):
             out += self._generate_chunk(
                 prompts[chunk], params, sessions[chunk] if sessions else None, seeds[chunk]
             )
+        return out
+
+    def choose(
+        self,
+        prompts: list[list[int]],
+        options: list[list[str]],
+        params: SamplingParams,
+        seeds: list[int | None] | None = None,
+    ) -> list[Completion]:
+        seeds = seeds or row_seeds(params.seed, len(prompts))
+        eos = self.tokenizer.eos_token_id
+        replies = [[self.tokenizer.encode(o, add_special_tokens=False) + [eos] for o in opts]
+                   for opts in options]  # fmt: skip
+        flat = [(p, r) for p, rs in zip(prompts, replies, strict=True) for r in rs]
+        scores = iter(self.score([p for p, _ in flat], [r for _, r in flat], params.temperature))
+        uniforms = _uniforms(seeds, 1)  # (B, 1)
+        out = []
+        for i, (texts, ids) in enumerate(zip(options, replies, strict=True)):
+            log_probs = [next(scores) for _ in ids]
+            totals = torch.tensor([sum(lp) for lp in log_probs])  # (options,)
+            k = int(totals.argmax()) if params.temperature == 0 else (
+                int(sample_tokens(totals[None], uniforms[i])[0])
+            )  # fmt: skip
+            self.generated_tokens += len(ids[k])
+            out.append(Completion(ids[k], texts[k], "stop", log_probs[k]))
+        return out
+
+    @torch.inference_mode()
+    def score(
+        self, prompts: list[list[int]], replies: list[list[int]], temperature: float
+    ) -> list[list[float]]:
+        """Each reply's per-token log-probs after its prompt (token ids), teacher-forced at
+        `temperature` (1 when 0, as greedy replies are scored), as the trainer scores them."""
+        out: list[list[float]] = []
+        for start in range(0, len(prompts), self.max_batch_size):
+            pairs = list(zip(prompts, replies, strict=True))[start : start + self.max_batch_size]
+            rows = [p + r for p, r in pairs]
+            width = max(map(len, rows))
+            ids = torch.tensor([r + [self.pad_id] * (width - len(r)) for r in rows])  # (B, T)
+            mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])  # (B, T)
+            scored = torch.zeros(len(rows), width - 1)  # (B, T-1): position t scores t+1
+            for i, (p, r) in enumerate(pairs):
+                scored[i, len(p) - 1 : len(p) + len(r) - 1] = 1
+            temp = torch.full((len(rows),), temperature or 1.0)  # (B,)
+            log_probs, _ = token_log_probs(
+                self.model, *(t.to(self.device) for t in (ids, mask, scored)),
+                temperature=temp.to(self.device),
+            )  # fmt: skip
+            out += [log_probs[i, len(p) - 1 : len(p) + len(r) - 1].tolist()
+                    for i, (p, r) in enumerate(pairs)]  # fmt: skip
         return out
 
     def release(self, sessions: list[str]) -> None:
