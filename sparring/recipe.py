@@ -215,6 +215,8 @@ class Recipe(_Strict):
             raise ValueError(f"champion_metric {self.champion_metric!r} must be an eval/* metric")
         if self.registered_model is None:
             self.registered_model = f"sparring-{self.game.name}-{self.eval_key}"
+        if self.rollout.choose_legal and self.train_backend != "torch":
+            raise ValueError("rollout.choose_legal is for the torch route's rollout, not verl's")
         if self.train.balance_by is not None and self.train_backend != "torch":
             raise ValueError(
                 f"train.balance_by={self.train.balance_by!r} forms the torch update's "

@@ -70,6 +70,8 @@ class RolloutConfig(BaseModel):
             raise ValueError(f"choose_legal: {self.game.name} does not list its legal moves")
         if self.choose_legal and self.sampling.top_p < 1:
             raise ValueError("choose_legal scores whole replies; it needs sampling.top_p: 1")
+        if self.choose_legal and self.backend.name != "hf":
+            raise ValueError(f"choose_legal needs the hf engine, not {self.backend.name}")
         if self.max_context_tokens <= self.sampling.max_new_tokens:
             raise ValueError(
                 f"max_context_tokens ({self.max_context_tokens}) must exceed "
