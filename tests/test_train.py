@@ -302,6 +302,13 @@ def max_gap(a: torch.nn.Module, b: torch.nn.Module) -> float:
         return max(float((x - y).abs().max()) for x, y in pairs)
 
 
+def l2_gap(a: torch.nn.Module, b: torch.nn.Module) -> float:
+    """The L2 norm of all the weights' differences."""
+    with torch.no_grad():
+        pairs = zip(a.parameters(), b.parameters(), strict=True)
+        return float(sum(((x - y) ** 2).sum() for x, y in pairs) ** 0.5)
+
+
 def test_engine_log_probs_equal_the_trainers_old_log_probs(
     tiny_model_dir, engine_samples, tokenizer
 ):
@@ -327,8 +334,10 @@ def test_bypass_gives_the_recompute_update_when_they_agree(
     tiny_model_dir, engine_samples, tokenizer
 ):
     """Old log-probs from the engine instead of the trainer's pass: every step's loss and
-    gradient norm agree to 1e-5 (relative), and so do the weights (measured: 9.7e-6 apart after
-    two AdamW steps that moved them by 2e-3)."""
+    gradient norm agree to 1e-5 (relative), and so do the weights, in norm (measured: the two
+    updates 3.6e-5 of their size apart). Not element by element: AdamW's first steps move a
+    weight by about lr whatever its gradient's size, so a gradient near 0 whose sign rounds
+    differently moves it the other way (measured on an AMD EPYC: 2% of the largest move)."""
     recompute, metrics, steps = update(tiny_model_dir, engine_samples, tokenizer)
     bypass, bypassed, bypass_steps = update(
         tiny_model_dir, engine_samples, tokenizer, bypass_mode=True
@@ -336,8 +345,8 @@ def test_bypass_gives_the_recompute_update_when_they_agree(
     for a, b in zip(steps, bypass_steps, strict=True):
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-5, abs=1e-7)
         assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-5)
-    moved = max_gap(recompute, load_model(tiny_model_dir, CPU))
-    assert max_gap(recompute, bypass) < 0.02 * moved
+    moved = l2_gap(recompute, load_model(tiny_model_dir, CPU))
+    assert l2_gap(recompute, bypass) < 1e-3 * moved
     assert metrics["train/mismatch_kl"] < 1e-9 and metrics["train/mismatch_frac_out"] == 0
     assert bypassed["train/mismatch_kl"] < 1e-9  # bypass: on the first mini-batch's rows
 
