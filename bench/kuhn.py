@@ -86,14 +86,19 @@ def table(r: dict[str, float]) -> TablePolicy:
     return {s: {"Pass": 1 - r[BETS + s], "Bet": r[BETS + s]} for s in INFO_STATES}
 
 
-def averaged(curve: list[dict]) -> list[float]:
-    """The exploitability of the mixture of the updated models up to each iteration (the rows
-    after the start's); [] where the rows lack their tables."""
+def tables(curve: list[dict]) -> list[TablePolicy]:
+    """The updated models' tables (the rows after the start's); [] where the rows lack them."""
     rows = curve[1:]
     if not rows or any(BETS + INFO_STATES[0] not in r for r in rows):
         return []
-    tables = [table(r) for r in rows]
-    return [exploitability(mixture(tables[: i + 1])) for i in range(len(tables))]
+    return [table(r) for r in rows]
+
+
+def averaged(curve: list[dict]) -> list[float]:
+    """The exploitability of the mixture of the updated models up to each iteration; [] where
+    the rows lack their tables."""
+    logged = tables(curve)
+    return [exploitability(mixture(logged[: i + 1])) for i in range(len(logged))]
 
 
 def policy(cfg: PipelineConfig, model: Path) -> dict[str, dict[str, float]]:
@@ -102,16 +107,19 @@ def policy(cfg: PipelineConfig, model: Path) -> dict[str, dict[str, float]]:
     return read_policy(backend, cfg.game.make(), cfg.eval.rollout.sampling.temperature)
 
 
-def plot(curves: dict[int, list[dict]], path: Path, title: str) -> None:
-    """Each seed's exploitability per iteration and, below it where logged, its card
-    dependence (0: the card ignored, .75 at Nash, 1: the value strategy)."""
+def plot(
+    curves: dict[int, list[dict]], averages: dict[int, list[float]], path: Path, title: str
+) -> None:
+    """Each seed's exploitability per iteration, its iterates' mixture dashed (`averages`,
+    where logged) and, below it where logged, its card dependence (0: the card ignored, .75
+    at Nash, 1: the value strategy)."""
     cards = any(CARDS in r for c in curves.values() for r in c)
     with saved_figure(path, title, size=(6.5, 6.4 if cards else 3.8), rows=1 + cards) as axes:
         ax = axes[0]
         for seed, curve in curves.items():
             x, y = [r["iteration"] for r in curve], [r[METRIC] for r in curve]
             line = ax.plot(x, y, "o-", label=f"seed {seed}")[0]
-            if average := averaged(curve):
+            if average := averages[seed]:
                 ax.plot(x[1:], average, "--", color=line.get_color(),
                         label=f"seed {seed}, the iterates mixed")  # fmt: skip
         ax.axhline(11 / 24, color="gray", ls="--", lw=1, label="uniform random (0.458)")
@@ -189,8 +197,8 @@ def main() -> None:
                 (out / f"policy_{name}.json").write_text(
                     json.dumps(policy(cfg, it.model_dir), indent=1, sort_keys=True)
                 )
-            if averaged(curve):
-                mixed = mixture([table(r) for r in curve[1:]])
+            if logged := tables(curve):
+                mixed = mixture(logged)
                 (out / "policy_average.json").write_text(
                     json.dumps(mixed, indent=1, sort_keys=True)
                 )
@@ -203,8 +211,10 @@ def report(saved: dict, out: Path) -> None:
     curves = saved["curves"]
     start = [c[0][METRIC] for c in curves.values()]
     final = [c[-1][METRIC] for c in curves.values()]
+    averages = {seed: averaged(c) for seed, c in curves.items()}
     (out / "kuhn.json").write_text(json.dumps(saved, indent=1))
-    plot(curves, out / "kuhn.png", f"{base.name} ({base.model}): exploitability per iteration")
+    title = f"{base.name} ({base.model}): exploitability per iteration"
+    plot(curves, averages, out / "kuhn.png", title)
     if base.population:
         title = f"{base.name}: a population of {base.population.size}, each member"
         plot_population(curves, out / "kuhn_population.png", title)
@@ -213,8 +223,8 @@ def report(saved: dict, out: Path) -> None:
     if all(CARDS in c[0] and CARDS in c[-1] for c in curves.values()):
         figures |= {f"kuhn_card_dependence_{name}": [c[i][CARDS] for c in curves.values()]
                     for name, i in (("start", 0), ("final", -1))}  # fmt: skip
-    if all(averages := [averaged(c) for c in curves.values()]):
-        figures["kuhn_exploitability_average"] = [a[-1] for a in averages]
+    if all(averages.values()):
+        figures["kuhn_exploitability_average"] = [a[-1] for a in averages.values()]
     for name, values in figures.items():
         mean, se = mean_se(values)  # se over training seeds (nan for one seed)
         print(f"RESULT {name} {mean:.4f}")

@@ -66,12 +66,13 @@ class RolloutConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> RolloutConfig:
-        if self.choose_legal and not hasattr(self.game.cls, "legal_moves"):
-            raise ValueError(f"choose_legal: {self.game.name} does not list its legal moves")
-        if self.choose_legal and self.sampling.top_p < 1:
-            raise ValueError("choose_legal scores whole replies; it needs sampling.top_p: 1")
-        if self.choose_legal and self.backend.name != "hf":
-            raise ValueError(f"choose_legal needs the hf engine, not {self.backend.name}")
+        if self.choose_legal:
+            if not hasattr(self.game.cls, "legal_moves"):
+                raise ValueError(f"choose_legal: {self.game.name} does not list its legal moves")
+            if self.sampling.top_p < 1:
+                raise ValueError("choose_legal scores whole replies; it needs sampling.top_p: 1")
+            if self.backend.name != "hf":
+                raise ValueError(f"choose_legal needs the hf engine, not {self.backend.name}")
         if self.max_context_tokens <= self.sampling.max_new_tokens:
             raise ValueError(
                 f"max_context_tokens ({self.max_context_tokens}) must exceed "
