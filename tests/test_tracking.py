@@ -7,6 +7,7 @@ import time
 import uuid
 
 import pytest
+import requests
 
 from sparring.dev.mlflowserver import MlflowServer
 from sparring.dev.s3server import free_ports
@@ -91,3 +92,18 @@ def test_mlflow_server_with_s3_artifacts(s3_server, tmp_path):
     assert artifact_uri.startswith("mlflow-artifacts:/mlflow/")  # proxied, as in the chart
     listing = s3_server.client().list_objects_v2(Bucket="sparring", Prefix="mlflow/")["Contents"]
     assert any(o["Key"].endswith("games/games.jsonl") for o in listing)
+
+
+def test_mlflow_server_moves_off_a_port_taken_before_it_binds(tmp_path):
+    """Another process binds the chosen port first (the race `free_ports` can't exclude): the
+    server starts on a fresh port instead of failing."""
+    import socket
+
+    server = MlflowServer(tmp_path / "mlflow", str(tmp_path / "artifacts"))
+    taken = server.port
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", taken))
+        squatter.listen()
+        with server:
+            assert server.port != taken
+            assert requests.get(f"{server.url}/health", timeout=5).ok

@@ -66,8 +66,19 @@ class MlflowServer(LocalServer):
     def log_path(self) -> Path:
         return self.workdir / "mlflow-server.log"
 
-    def start(self, timeout: float = 90.0) -> MlflowServer:
-        """Start the server and wait until `/health` answers."""
+    def start(self, timeout: float = 90.0, tries: int = 3) -> MlflowServer:
+        """Start the server and wait until `/health` answers. A port taken between choosing
+        it and binding it (another process's race) is retried on a fresh port."""
+        for attempt in range(tries):
+            try:
+                return self._start(timeout)
+            except MlflowServerError as e:
+                if "address already in use" not in str(e) or attempt == tries - 1:
+                    raise
+                self.port = free_ports(1)[0]
+        raise AssertionError("unreachable")
+
+    def _start(self, timeout: float) -> MlflowServer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.env, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
         if endpoint := env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL"):
