@@ -22,7 +22,8 @@ def train(
     Args:
         config: the PipelineConfig as JSON (its `train` section).
         model: the checkpoint that played the rollout.
-        reference: the reference policy for the KL term (the first checkpoint).
+        reference: the KL term's reference (the magnet): the starting checkpoint, or with
+            `magnet_every` the newest trained one it moved to.
         samples: the rollout folder (samples.parquet).
         parent_run_id: the MLflow parent run, from `start`; each optimizer step's train_step/*
             metrics go to the iteration's child run as it trains.

@@ -324,11 +324,12 @@ def _iterations(g: _Graph, start: dsl.PipelineTask) -> None:
         model = warm.outputs["model"]
     if cfg.evaluate_start:
         g.evaluate(cfg.first_iteration - 1, model)
-    reference, registers, schedule, optimizer = model, {}, {}, None
+    start_model = magnet = model  # the KL anchor: the start, or with magnet_every the newest
+    registers, schedule, optimizer = {}, {}, None
     step, carried = None, {}  # carried: a population's members and state
     for step in plan(cfg):
         if cfg.population:  # K members: the lead's checkpoint is the iteration's model
-            rg, carried = g.population(step, reference, carried)
+            rg, carried = g.population(step, magnet, carried)
             if step.iteration - 1 in registers:
                 rg.after(registers[step.iteration - 1])  # champion decisions in iteration order
             model, registers[step.iteration] = rg.outputs["lead"], rg
@@ -345,7 +346,7 @@ def _iterations(g: _Graph, start: dsl.PipelineTask) -> None:
             if step.after_register is not None:  # a past-<k> opponent: its checkpoint first
                 ro.after(registers[step.after_register])
             samples, rollout_metrics = ro.outputs["samples"], ro.outputs["metrics"]
-            tr = g.train(step, model, reference, samples, optimizer)
+            tr = g.train(step, model, magnet, samples, optimizer)
             if cfg.train.optimizer_state == "carry":
                 optimizer = tr.outputs["optimizer"]
         trained = tr.outputs["trained"]
@@ -354,10 +355,12 @@ def _iterations(g: _Graph, start: dsl.PipelineTask) -> None:
         if step.iteration - 1 in registers:
             rg.after(registers[step.iteration - 1])  # champion decisions in iteration order
         model, registers[step.iteration] = trained, rg
+        if step.moves_magnet:
+            magnet = trained
     if cfg.game_init.num_test:  # the claim: start and final model once on the test states
         g.task(
             g.c.evaluate_test, "evaluate-test", cfg.kubernetes.eval_gpus, config=config,
-            start=reference, final=model, inits=g.inits, run_name=run_name,
+            start=start_model, final=model, inits=g.inits, run_name=run_name,
             parent_run_id=g.parent, iteration=step.iteration,
         )  # fmt: skip
 

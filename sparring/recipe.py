@@ -135,6 +135,11 @@ class Recipe(_Strict):
     """A population of `size` policies trained at once, each on the seats it played, members
     seated together and rated (sparring.population, sparring.loop.population); None = one
     learner."""
+    magnet_every: int = Field(0, ge=0)
+    """The KL anchor of `train.kl_coef` (the magnet) is the starting model; N > 0 moves it to
+    the newest trained model after every N-th iteration (magnetic mirror descent's moving
+    magnet: the anchor keeps the policy mixed without holding it near the start). 0 = the
+    start throughout. A campaign's block anchors at its own starting model first."""
     train: GRPOConfig = Field(default_factory=GRPOConfig)
     """GRPO settings, among them the group key (game, init, role, batch, or one of the game's
     `extra_group_keys`)."""
@@ -228,6 +233,8 @@ class Recipe(_Strict):
                 "torch update, and verl's actor computes its own loss: set train_backend: torch "
                 "or transfer_weight: 0"
             )
+        if self.magnet_every:
+            self._check_magnet()
         if self.train_backend == "verl":
             self._check_verl()
         if self.rollout.shards > 1:
@@ -260,6 +267,20 @@ class Recipe(_Strict):
             raise ValueError(
                 f"population seats its members in every game and trains each on its own seats, "
                 f"which needs {'; '.join(missing)}; or set population: null"
+            )
+
+    def _check_magnet(self) -> None:
+        """A moving magnet needs a KL term to anchor, on the one learner of the torch route."""
+        needs = {
+            "train.kl_coef > 0 (the magnet is the KL term's reference)": self.train.kl_coef > 0,
+            "train_backend: torch (verl keeps its own reference)": self.train_backend == "torch",
+            "population: null (each member would need its own magnet)": self.population is None,
+        }
+        missing = [need for need, ok in needs.items() if not ok]
+        if missing:
+            raise ValueError(
+                f"magnet_every={self.magnet_every} moves the KL anchor, which needs "
+                f"{'; '.join(missing)}; or set magnet_every: 0"
             )
 
     def _check_sft_control(self) -> None:

@@ -115,6 +115,7 @@ def shape(cfg: PipelineConfig) -> dict[str, Any]:
         "train_backend": cfg.train_backend,
         "verl.n_gpus_per_node": cfg.verl.n_gpus_per_node,
         "opponent_checkpoints": cfg.opponents.checkpoint_steps,
+        "magnet_every": cfg.magnet_every,
         "kubernetes": cfg.kubernetes.model_dump(mode="json"),
     }
 

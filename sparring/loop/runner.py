@@ -102,7 +102,8 @@ def _iterate(
         log("warm-start")
         tasks.warm_start(cfg, str(model), train_inits, work / "warm")
         model = work / "warm"
-    reference, schedule = model, None
+    start_model = magnet = model  # the KL anchor: the start, or with magnet_every the newest
+    schedule = None
     # 3. the start, evaluated (and recorded: no register step follows it)
     start = None
     if cfg.evaluate_start:
@@ -122,16 +123,18 @@ def _iterate(
                 members = population.start_members(cfg, run_name, i, str(model), work / "resumed")
             previous = work / str(i - 1) / "rollout" / population.STATE_FILE if done else None
             ran = population.iteration(
-                cfg, members, str(reference), train_inits, val_inits, step, out, run_name,
+                cfg, members, str(magnet), train_inits, val_inits, step, out, run_name,
                 parent, previous,
             )  # fmt: skip
             members = ran.members
             it = Iteration(i, ran.model_dir, ran.metrics, ran.registered, ran.val_scores)
         else:
-            it = _iteration(cfg, model, reference, train_inits, val_inits, step, work, run_name,
+            it = _iteration(cfg, model, magnet, train_inits, val_inits, step, work, run_name,
                             parent, schedule)  # fmt: skip
             if cfg.opponents.mixed:
                 schedule = out / "rollout" / "schedule.json"
+        if step.moves_magnet:
+            magnet = it.model_dir
         done.append(it)
         if on_iteration:
             on_iteration(it)
@@ -141,7 +144,7 @@ def _iterate(
     if cfg.game_init.num_test:
         log("test: the start and the final model on the test states")
         test = tasks.evaluate_test(
-            cfg, str(reference), str(model), str(inits["test"]), work / "test", run_name,
+            cfg, str(start_model), str(model), str(inits["test"]), work / "test", run_name,
             parent or None, done[-1].iteration,
         )  # fmt: skip
     return start, done, test

@@ -75,3 +75,24 @@ def test_control_budgets(tiny_model_dir, tmp_path):
     no_teacher = cfg.model_copy(update={"warm_start": None})
     with pytest.raises(ValueError, match="set warm_start"):
         control_config(no_teacher, ran)
+
+
+def test_the_magnet_moves_to_the_model_that_trains_next(tiny_model_dir, tmp_path):
+    """`magnet_every: 2` over 3 iterations: each update is one optimizer step, whose KL term is
+    taken before it moves the policy. Iteration 0 trains the start against the start (KL 0);
+    iteration 1 trains iteration 0's model against the start (KL > 0); iteration 1 moves the
+    magnet to its model, which iteration 2 trains (KL 0 again). The test scores the start."""
+    sets = ("iterations=3", "magnet_every=2", "train.kl_coef=0.1", "train.mini_batch_size=64")
+    sets += ("train.micro_batch_size=16", "train.epochs=1", "evaluate_start=false")
+    cfg = load_config(
+        PipelineConfig,
+        str(ROOT / "configs" / "pipeline.yaml"),
+        parse_params((*TINY, *sets, f"model={tiny_model_dir}", f"storage.root={tmp_path / 's'}")),
+    )
+    run = run_loop(cfg, tmp_path / "work")
+    steps = [it.metrics["train/optimizer_steps"] for it in run.iterations]
+    assert steps == [1, 1, 1]  # every update had signal and took its one step
+    kl = [it.metrics["train/kl"] for it in run.iterations]
+    assert kl[0] == pytest.approx(0, abs=1e-7) and kl[2] == pytest.approx(0, abs=1e-7)
+    assert kl[1] > 1e-6
+    assert max_change(tmp_path / "work" / "warm", run.iterations[0].model_dir) > 1e-4

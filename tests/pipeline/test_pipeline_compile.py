@@ -350,6 +350,47 @@ def test_the_start_and_the_test_evaluation_are_tasks(tmp_path):
     assert producer("evaluate-test", "final") == keys["train-1"]
 
 
+def test_the_magnet_moves_to_the_trained_model_of_every_nth_iteration(tmp_path):
+    """`magnet_every: 2`: train-0 and train-1 anchor at the warm start, train-2 and train-3 at
+    train-1's model, train-4 at train-3's; the test step still scores the warm start."""
+    from sparring.pipelines.selfplay import compile_pipeline
+
+    cfg = PipelineConfig.model_validate(
+        {
+            "iterations": 5,
+            "warm_start": {},
+            "magnet_every": 2,
+            "train": {"kl_coef": 0.1},
+            "game_init": {"num_test": 4},
+        }
+    )
+    spec = next(
+        yaml.safe_load_all(Path(compile_pipeline(cfg, str(tmp_path / "m.yaml"))).read_text())
+    )
+    dags = [spec["root"], *(c for c in spec["components"].values() if "dag" in c)]
+    keys = {t["taskInfo"]["name"]: k for d in dags for k, t in d["dag"]["tasks"].items()}
+    tasks = {t["taskInfo"]["name"]: t for t in all_tasks(spec)}
+
+    def producer(task: str, name: str) -> str:
+        return tasks[task]["inputs"]["artifacts"][name]["taskOutputArtifact"]["producerTask"]
+
+    magnets = [producer(f"train-{i}", "reference") for i in range(5)]
+    assert magnets == [keys[t] for t in ("warm-start",) * 2 + ("train-1",) * 2 + ("train-3",)]
+    assert producer("evaluate-test", "start") == keys["warm-start"]
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({}, r"train.kl_coef > 0"),
+        ({"train": {"kl_coef": 0.1}, "population": {"size": 2}}, "population: null"),
+    ],
+)
+def test_a_magnet_without_its_kl_term_or_with_a_population_is_refused(override, message):
+    with pytest.raises(ValidationError, match=message):
+        PipelineConfig.model_validate({"magnet_every": 2, **override})
+
+
 def test_a_diplomacy_recipe_compiles_onto_the_diplomacy_images(tmp_path):
     """The engine is AGPL-3.0 and ships only in the `-diplomacy` flavours: a Diplomacy config
     that names no image gets them, one that names its images keeps them."""
