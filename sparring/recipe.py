@@ -262,12 +262,11 @@ class Recipe(_Strict):
             "train.optimizer_state: fresh": self.train.optimizer_state != "carry",
             "sft_control: null": self.sft_control is None,
         }
-        missing = [need for need, ok in others.items() if not ok]
-        if missing:
-            raise ValueError(
-                f"population seats its members in every game and trains each on its own seats, "
-                f"which needs {'; '.join(missing)}; or set population: null"
-            )
+        _require(
+            "population seats its members in every game and trains each on its own seats",
+            others,
+            "population: null",
+        )
 
     def _check_magnet(self) -> None:
         """A moving magnet needs a KL term to anchor, on the one learner of the torch route."""
@@ -276,12 +275,7 @@ class Recipe(_Strict):
             "train_backend: torch (verl keeps its own reference)": self.train_backend == "torch",
             "population: null (each member would need its own magnet)": self.population is None,
         }
-        missing = [need for need, ok in needs.items() if not ok]
-        if missing:
-            raise ValueError(
-                f"magnet_every={self.magnet_every} moves the KL anchor, which needs "
-                f"{'; '.join(missing)}; or set magnet_every: 0"
-            )
+        _require(f"magnet_every={self.magnet_every} moves the KL anchor", needs, "magnet_every: 0")
 
     def _check_sft_control(self) -> None:
         """The SFT control needs the warm start's teacher, and one budget per iteration."""
@@ -305,13 +299,11 @@ class Recipe(_Strict):
                 not self.opponents.mixed
             ),
         }
-        missing = [need for need, ok in where.items() if not ok]
-        if missing:
-            raise ValueError(
-                f"train.min_groups={self.train.min_groups} tops the rollout up with more games, "
-                f"which needs {'; '.join(missing)}; or set train.min_groups: 0 (dynamic sampling "
-                "then only drops the groups without signal)"
-            )
+        _require(
+            f"train.min_groups={self.train.min_groups} tops the rollout up with more games",
+            where,
+            "train.min_groups: 0 (dynamic sampling then only drops the groups without signal)",
+        )
 
     def _check_shards(self) -> None:
         """What the rollout fan-out (`rollout.shards` > 1) needs of the recipe."""
@@ -424,6 +416,13 @@ def transfer_pairs(game: GameSpec, pairs: Any) -> list[tuple[str, str]]:
             f"train.transfer_pairs names {unknown}, not roles of {game.name}; choose from {roles}"
         )
     return [tuple(pair) if isinstance(pair, list) else pair for pair in pairs]
+
+
+def _require(what: str, needs: dict[str, bool], off: str) -> None:
+    """A ValueError saying that `what` needs each unmet entry of `needs`, or `off`."""
+    missing = [need for need, ok in needs.items() if not ok]
+    if missing:
+        raise ValueError(f"{what}, which needs {'; '.join(missing)}; or set {off}")
 
 
 def _default(model: type[BaseModel], name: str) -> Any:
