@@ -29,6 +29,8 @@ configs/kuhn.yaml, per training seed, scored by exact exploitability (open_spiel
    necessarily in its last iterate): the dashed curves of kuhn.png,
    `RESULT kuhn_exploitability_average` (the mixture of all of them) and its `_se_seeds`,
    and the first seed's table as policy_average.json
+5. prints each seed's final table beside how often self-play reaches each information state
+   (`exploitability.reach`): a mistake where that is rare gets little signal
 
 `--merge DIR...` runs nothing: it reports the `--out` folders of earlier invocations (say one
 process per seed, side by side on one GPU) as one, from the curves each wrote as it went; a
@@ -50,6 +52,7 @@ from sparring.games.textarena.exploitability import (
     TablePolicy,
     exploitability,
     mixture,
+    reach,
     read_policy,
 )
 from sparring.generation.hf import HFBackend
@@ -219,6 +222,11 @@ def report(saved: dict, out: Path) -> None:
         title = f"{base.name}: a population of {base.population.size}, each member"
         plot_population(curves, out / "kuhn_population.png", title)
     print(f"curves, tables and plot in {out}")
+    for seed, curve in curves.items():  # where the final table stands, and how often it is met
+        if logged := tables(curve):
+            final, met = logged[-1], reach(logged[-1])
+            cells = (f"{s} {final[s]['Bet']:.2f} ({met[s]:.3f})" for s in INFO_STATES)
+            print(f"seed {seed}, final P(bet or call) (self-play reach):", ", ".join(cells))
     figures = {f"kuhn_exploitability_{name}": v for name, v in (("start", start), ("final", final))}
     if all(CARDS in c[0] and CARDS in c[-1] for c in curves.values()):
         figures |= {f"kuhn_card_dependence_{name}": [c[i][CARDS] for c in curves.values()]
