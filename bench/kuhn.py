@@ -224,8 +224,8 @@ def report(saved: dict, out: Path) -> None:
     print(f"curves, tables and plot in {out}")
     for seed, curve in curves.items():  # where the final table stands, and how often it is met
         if logged := tables(curve):
-            final, met = logged[-1], reach(logged[-1])
-            cells = (f"{s} {final[s]['Bet']:.2f} ({met[s]:.3f})" for s in INFO_STATES)
+            last, met = logged[-1], reach(logged[-1])
+            cells = (f"{s} {last[s]['Bet']:.2f} ({met[s]:.3f})" for s in INFO_STATES)
             print(f"seed {seed}, final P(bet or call) (self-play reach):", ", ".join(cells))
     figures = {f"kuhn_exploitability_{name}": v for name, v in (("start", start), ("final", final))}
     if all(CARDS in c[0] and CARDS in c[-1] for c in curves.values()):

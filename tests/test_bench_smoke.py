@@ -203,7 +203,11 @@ def test_kuhn_bench_merges_side_by_side_runs(bench, tmp_path):
         (tmp_path / seed / "kuhn.json").write_text(json.dumps(saved))
     out = tmp_path / "all"
     folders = [str(tmp_path / seed) for seed in exploitability]
-    results = bench.results("kuhn.py", "--merge", *folders, "--out", str(out))
+    lines = bench.output("kuhn.py", "--merge", *folders, "--out", str(out))
+    results = {w[1]: float(w[2]) for w in map(str.split, lines) if w[0] == "RESULT"}
+    finals = {line.split(",")[0]: line for line in lines if line.startswith("seed ")}
+    assert "2p 1.00 (0.333)" in finals["seed 0"]  # Nash bets the K after a check, met 1/3
+    assert "2b 1.00 (0.000)" in finals["seed 1"]  # always-call never bets first
     merged = json.loads((out / "kuhn.json").read_text())["curves"]
     assert {seed: [r["eval/exploitability"] for r in c] for seed, c in merged.items()} == (
         exploitability
