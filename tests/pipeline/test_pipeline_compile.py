@@ -35,6 +35,17 @@ def all_tasks(spec: dict) -> list[dict]:
     return [t for d in dags for t in d["dag"]["tasks"].values()]
 
 
+def task_keys(spec: dict) -> dict[str, str]:
+    """Each task's display name -> its key in its DAG (root or the exit handler's)."""
+    dags = [spec["root"], *(c for c in spec["components"].values() if "dag" in c)]
+    return {t["taskInfo"]["name"]: k for d in dags for k, t in d["dag"]["tasks"].items()}
+
+
+def producer(tasks: dict[str, dict], task: str, name: str) -> str:
+    """The key of the task whose output `task`'s input artifact `name` is."""
+    return tasks[task]["inputs"]["artifacts"][name]["taskOutputArtifact"]["producerTask"]
+
+
 def executors_of(spec: dict, prefix: str) -> list[str]:
     """Executor labels of the tasks (in the root DAG or the exit handler's) whose component
     name starts with `comp-<prefix>`."""
@@ -156,8 +167,7 @@ def test_rollout_waits_for_the_past_checkpoint_it_loads(tmp_path):
     )
     compiled = Path(compile_pipeline(cfg, str(tmp_path / "past.yaml")))
     spec = next(yaml.safe_load_all(compiled.read_text()))
-    dags = [spec["root"], *(c for c in spec["components"].values() if "dag" in c)]
-    keys = {t["taskInfo"]["name"]: k for d in dags for k, t in d["dag"]["tasks"].items()}
+    keys = task_keys(spec)
     tasks = {t["taskInfo"]["name"]: t for t in all_tasks(spec)}
     registers = {keys[f"register-{i}"] for i in range(3)}
     waits = [registers & set(tasks[f"rollout-{i}"].get("dependentTasks", [])) for i in range(3)]
@@ -166,8 +176,7 @@ def test_rollout_waits_for_the_past_checkpoint_it_loads(tmp_path):
 
 def test_each_rollout_gets_the_previous_rollouts_schedule(gpu_yaml):
     spec = next(yaml.safe_load_all(gpu_yaml.read_text()))
-    dags = [spec["root"], *(c for c in spec["components"].values() if "dag" in c)]
-    keys = {t["taskInfo"]["name"]: k for d in dags for k, t in d["dag"]["tasks"].items()}
+    keys = task_keys(spec)
     tasks = {t["taskInfo"]["name"]: t for t in all_tasks(spec)}
     cfg = PipelineConfig.from_yaml(GPU_CONFIG)
     first = cfg.first_iteration
@@ -233,8 +242,7 @@ def test_verl_pipeline_replaces_rollout_and_train_with_one_gpu_task(tmp_path):
     spec, platform_doc = yaml.safe_load_all(out.read_text())
     platform = platform_doc["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
     containers = spec["deploymentSpec"]["executors"]
-    dags = [spec["root"], *(c for c in spec["components"].values() if "dag" in c)]
-    keys = {t["taskInfo"]["name"]: k for d in dags for k, t in d["dag"]["tasks"].items()}
+    keys = task_keys(spec)
     tasks = {t["taskInfo"]["name"]: t for t in all_tasks(spec)}
     components = {t["componentRef"]["name"] for t in tasks.values()}
     assert "comp-rollout" not in components and "comp-train" not in components
@@ -310,8 +318,7 @@ def test_with_carry_each_train_continues_the_previous_trains_optimizer(tmp_path)
     spec = next(
         yaml.safe_load_all(Path(compile_pipeline(cfg, str(tmp_path / "c.yaml"))).read_text())
     )
-    dags = [spec["root"], *(c for c in spec["components"].values() if "dag" in c)]
-    keys = {t["taskInfo"]["name"]: k for d in dags for k, t in d["dag"]["tasks"].items()}
+    keys = task_keys(spec)
     tasks = {t["taskInfo"]["name"]: t for t in all_tasks(spec)}
     assert "previous_optimizer" not in tasks["train-0"]["inputs"]["artifacts"]
     for i in (1, 2):
@@ -337,17 +344,13 @@ def test_the_start_and_the_test_evaluation_are_tasks(tmp_path):
     spec = next(
         yaml.safe_load_all(Path(compile_pipeline(cfg, str(tmp_path / "t.yaml"))).read_text())
     )
-    dags = [spec["root"], *(c for c in spec["components"].values() if "dag" in c)]
-    keys = {t["taskInfo"]["name"]: k for d in dags for k, t in d["dag"]["tasks"].items()}
+    keys = task_keys(spec)
     tasks = {t["taskInfo"]["name"]: t for t in all_tasks(spec)}
 
-    def producer(task: str, name: str) -> str:
-        return tasks[task]["inputs"]["artifacts"][name]["taskOutputArtifact"]["producerTask"]
-
-    assert producer("evaluate--1", "model") == keys["warm-start"]
+    assert producer(tasks, "evaluate--1", "model") == keys["warm-start"]
     assert "parent_run_id" in tasks["evaluate--1"]["inputs"]["parameters"]
-    assert producer("evaluate-test", "start") == keys["warm-start"]
-    assert producer("evaluate-test", "final") == keys["train-1"]
+    assert producer(tasks, "evaluate-test", "start") == keys["warm-start"]
+    assert producer(tasks, "evaluate-test", "final") == keys["train-1"]
 
 
 def test_the_magnet_moves_to_the_trained_model_of_every_nth_iteration(tmp_path):
@@ -367,16 +370,12 @@ def test_the_magnet_moves_to_the_trained_model_of_every_nth_iteration(tmp_path):
     spec = next(
         yaml.safe_load_all(Path(compile_pipeline(cfg, str(tmp_path / "m.yaml"))).read_text())
     )
-    dags = [spec["root"], *(c for c in spec["components"].values() if "dag" in c)]
-    keys = {t["taskInfo"]["name"]: k for d in dags for k, t in d["dag"]["tasks"].items()}
+    keys = task_keys(spec)
     tasks = {t["taskInfo"]["name"]: t for t in all_tasks(spec)}
 
-    def producer(task: str, name: str) -> str:
-        return tasks[task]["inputs"]["artifacts"][name]["taskOutputArtifact"]["producerTask"]
-
-    magnets = [producer(f"train-{i}", "reference") for i in range(5)]
+    magnets = [producer(tasks, f"train-{i}", "reference") for i in range(5)]
     assert magnets == [keys[t] for t in ("warm-start",) * 2 + ("train-1",) * 2 + ("train-3",)]
-    assert producer("evaluate-test", "start") == keys["warm-start"]
+    assert producer(tasks, "evaluate-test", "start") == keys["warm-start"]
 
 
 @pytest.mark.parametrize(
