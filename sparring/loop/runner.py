@@ -17,7 +17,8 @@ Steps (the numbers repeat in the body):
   2. the initial model, optionally warm-started by SFT on scripted self-play
   3. optionally, evaluate it on val before any update (`evaluate_start`): the table's first row
   4. per iteration: rollout (or, with `train_backend: verl`, one verl task that plays and
-     trains), GRPO update, evaluation on val states, register (champion if better); with a
+     trains), GRPO update (its KL anchor the start, or with `magnet_every` the newest model
+     the plan moved it to), evaluation on val states, register (champion if better); with a
      `population`, each of these for every member (sparring.loop.population)
   5. with `game_init.num_test` > 0, the start and the final model once on the test states
   6. finish: end the parent run, the run's summary
