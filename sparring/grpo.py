@@ -18,7 +18,8 @@ advantage exactly 0 (verl's float32 statistics would leave rounding noise, e.g. 
 of 16 rewards of 0.7); a batch of only such groups is `NoSignalError` in the trainer, and
 dynamic sampling drops such groups from the update (`signal_rows`).
 The transfer loss (`transfer_loss`, seed 001's cross-country transfer) is Sparring's own: an
-auxiliary term on hidden states, with nothing in verl to take it from.
+auxiliary term on hidden states, with nothing in verl to take it from; so are the decision
+states' weights (`state_weights`), which verl's losses take as per-token weights.
 Losses take verl's `ActorConfig` (`actor_config`), whose `global_batch_info` carries the
 mini-batch's token and sequence counts, so micro-batch losses add up to the mini-batch loss
 exactly as in verl's own gradient accumulation.
@@ -26,6 +27,7 @@ exactly as in verl's own gradient accumulation.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -33,6 +35,8 @@ import pandas as pd
 import torch
 from verl.trainer.ppo import core_algos
 from verl.workers.config import ActorConfig
+
+from sparring.samples import reply_spans
 
 SINGLETON_POLICIES = ("zero", "batch")
 TIE_TOLERANCE = 1e-6  # rewards of a group closer than this tie: no signal
@@ -109,6 +113,41 @@ def reward_spread(scores: np.ndarray, inverse: np.ndarray) -> np.ndarray:
     return hi - lo
 
 
+def state_weights(
+    input_ids: torch.Tensor,  # (B, T)
+    response_mask: torch.Tensor,  # (B, T-1)
+    balance: float,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Per-token loss weights (B, T-1) that even out how often the batch visits each decision
+    state, and their diagnostics.
+
+    A decision state is a reply's exact prefix: the token ids its seat had seen when it wrote
+    it (in Kuhn Poker, the card and the bets so far: one of the game's 12 information states;
+    in a game whose histories never repeat, every reply is its own state). Each reply's tokens
+    weigh count ** -balance, count = the batch's replies with that prefix, scaled so that the
+    replies' weights average 1: balance 0 weighs every reply alike (the plain update), 1 gives
+    every state the same total weight however rarely play reaches it. Positive weights per
+    state leave the update's fixed points where they were; they change how fast a rarely
+    visited state moves, which otherwise gets a gradient in proportion to its visits.
+    """
+    ids = input_ids.cpu().numpy()
+    replies = []  # (row, start, end, prefix): response positions [start, end) of one reply
+    for i, row in enumerate(response_mask.cpu().numpy()):
+        for a, b in reply_spans(row.tolist()):
+            replies.append((i, a, b, ids[i, : a + 1].tobytes()))  # token a+1 is its first
+    counts = Counter(prefix for *_, prefix in replies)
+    raw = np.array([counts[prefix] ** -balance for *_, prefix in replies], dtype=np.float64)
+    raw /= raw.mean()
+    weights = torch.zeros_like(response_mask)
+    for (i, a, b, _), w in zip(replies, raw, strict=True):
+        weights[i, a:b] = float(w)
+    return weights, {
+        "train/decision_states": float(len(counts)),
+        "train/state_visits_min": float(min(counts.values())),
+        "train/state_weight_max": float(raw.max()),
+    }
+
+
 def actor_config(
     clip_ratio: float,
     clip_ratio_high: float | None,
@@ -179,10 +218,12 @@ def kl_loss(
     response_mask: torch.Tensor,  # (B, T)
     kl_type: str,
     config: ActorConfig,
+    weights: torch.Tensor | None = None,  # (B, T) per-token loss weights (`state_weights`)
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """KL(policy || reference) via verl's `kl_penalty` + `agg_loss`: (loss, masked mean KL)."""
+    """KL(policy || reference) via verl's `kl_penalty` + `agg_loss`: (loss, masked mean KL,
+    unweighted)."""
     kl = core_algos.kl_penalty(log_prob, ref_log_prob, kl_penalty=kl_type)  # (B, T)
-    loss = aggregate(kl, response_mask, config)
+    loss = aggregate(kl if weights is None else kl * weights, response_mask, config)
     mean = (kl * response_mask).sum() / response_mask.sum().clamp(min=1)
     return loss, mean.detach()
 

@@ -233,6 +233,12 @@ class Recipe(_Strict):
                 "torch update, and verl's actor computes its own loss: set train_backend: torch "
                 "or transfer_weight: 0"
             )
+        if self.train.state_balance and self.train_backend != "torch":
+            raise ValueError(
+                f"train.state_balance={self.train.state_balance} weighs the torch update's "
+                "loss, and verl's actor computes its own: set train_backend: torch or "
+                "state_balance: 0"
+            )
         if self.magnet_every:
             self._check_magnet()
         if self.train_backend == "verl":

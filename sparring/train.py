@@ -14,7 +14,8 @@ Steps (numbered as in the code):
      rows of each of that column's values in every mini-batch), with gradient
      accumulation over micro-batches and grad-norm clipping; loss = verl's clipped policy loss
      (times truncated importance weights with `rollout_is`; + kl_coef * KL,
-     - entropy_coef * entropy; + transfer_weight * the transfer loss: the distance between
+     - entropy_coef * entropy; every token's terms times its decision state's weight with
+     `state_balance` (`grpo.state_weights`); + transfer_weight * the transfer loss: the distance between
      paired roles' mean prompt hidden states, from the log-probs' own forward, per
      micro-batch: `transfer_term`)
   6. the rollout-trainer mismatch (`train/mismatch_kl`, `train/mismatch_frac_out`:
@@ -615,6 +616,12 @@ def grpo_update(
         if ref_model is not None:
             ref_log_prob = batched_log_probs(ref_model, batch, range(len(batch)), cfg, device)
 
+    state_w, metrics = None, {}  # (B, T-1) per-token weights of the decision states
+    if cfg.state_balance:
+        state_w, metrics = grpo.state_weights(
+            batch.input_ids, batch.response_mask, cfg.state_balance
+        )
+
     def micro_loss(model, mb: Batch, rows: list[int], actor_cfg) -> tuple[torch.Tensor, dict]:
         if cfg.transfer_weight:  # the prompts' mean hidden states too, from the same forward
             log_prob, entropy, pooled = prompt_scores(model, mb, cfg.entropy_coef > 0)
@@ -625,26 +632,31 @@ def grpo_update(
             start_log_prob[rows, :t] = log_prob.detach().float().cpu()
             pending[rows] = False
         old, adv = old_log_prob[rows, :t].to(dev), advantages[rows, :t].to(dev)  # (b, t)
-        weights, diag = None, {}
+        state = None if state_w is None else state_w[rows, :t].to(dev)  # (b, t)
+        weights, diag = state, {}
         if cfg.rollout_is:  # truncated importance sampling: verl's weights on each token's loss
             weights, diag = rollout_correction.is_weights(
                 old, mb.rollout_log_prob, mb.response_mask, cfg.rollout_is, cfg.rollout_is_threshold
             )  # (b, t)
+            weights = weights if state is None else weights * state
         loss, pg_diag = grpo.policy_loss(log_prob, old, adv, mb.response_mask, actor_cfg, weights)
         diag |= pg_diag
         if ref_log_prob is not None:
             ref = ref_log_prob[rows, :t].to(dev)  # (b, t)
-            kl, diag["kl"] = grpo.kl_loss(log_prob, ref, mb.response_mask, cfg.kl_type, actor_cfg)
+            kl, diag["kl"] = grpo.kl_loss(
+                log_prob, ref, mb.response_mask, cfg.kl_type, actor_cfg, state
+            )
             loss = loss + cfg.kl_coef * kl
         if cfg.entropy_coef > 0:
-            loss = loss - cfg.entropy_coef * grpo.aggregate(entropy, mb.response_mask, actor_cfg)
+            bonus = entropy if state is None else entropy * state
+            loss = loss - cfg.entropy_coef * grpo.aggregate(bonus, mb.response_mask, actor_cfg)
         diag["entropy"] = (entropy.detach() * mb.response_mask).sum() / mb.response_mask.sum()
         if cfg.transfer_weight:
             loss = transfer_term(loss, pooled, [roles[i] for i in rows], cfg, actor_cfg, diag)
         return loss, diag
 
     # 5. PPO epochs
-    metrics = optimize(
+    metrics |= optimize(
         model,
         batch,
         plan,

@@ -77,6 +77,12 @@ class GRPOConfig(OptimConfig):
     kl_coef: float = Field(0.0, ge=0)  # weight of KL(policy || reference); 0 = no reference
     kl_type: str = "low_var_kl"  # verl kl_penalty: kl/k1, abs, mse/k2, low_var_kl/k3 (+ suffix ok)
     entropy_coef: float = Field(0.0, ge=0)  # entropy bonus weight (entropy is logged either way)
+    # Evens out how often the update visits each decision state (a reply's exact token prefix:
+    # in Kuhn Poker an information state): each reply's tokens weigh (replies in the batch with
+    # its prefix) ** -state_balance, averaging 1 (sparring.grpo.state_weights). 0 = the plain
+    # update; 1 = every state the same total weight, so a state self-play seldom reaches
+    # learns as fast as a common one. Changes nothing where no two replies share a prefix.
+    state_balance: float = Field(0.0, ge=0, le=1)
     # Dr. GRPO's divisor (loss_agg_mode seq-mean-token-sum-norm): a constant, so that a step's
     # size doesn't follow its mini-batch's longest row; a recipe sets its max_context_tokens.
     # None = each mini-batch's padded length (verl's default).

@@ -121,6 +121,50 @@ def test_kl_penalty_by_hand():
     assert loss.item() == pytest.approx(1 - math.log(2), abs=1e-5) and mean == loss
 
 
+def test_a_weighted_kl_scales_each_tokens_term():
+    # the same KL as above on two tokens, weighted 3 and 1: token-mean (3 + 1) / 2 = 2 times it
+    config = grpo.actor_config(0.2, None, "token-mean")
+    loss, mean = grpo.kl_loss(
+        torch.zeros(1, 2),
+        torch.full((1, 2), math.log(2)),
+        torch.ones(1, 2),
+        "low_var_kl",
+        config,
+        torch.tensor([[3.0, 1.0]]),
+    )
+    assert loss.item() == pytest.approx(2 * (1 - math.log(2)), abs=1e-5)
+    assert mean.item() == pytest.approx(1 - math.log(2), abs=1e-5)  # the KL itself, unweighted
+
+
+def test_state_weights_by_hand():
+    # Token ids with the seat's own replies marked. Rows 0 and 1 first reply after the same
+    # prefix [5, 6] (state A, 2 visits); row 1 replies again after [5, 6, 7, 7, 8] (B, 1 visit);
+    # row 2 replies after [5, 9] (C, 1 visit); row 0's padding (0) is no part of a prefix.
+    ids = torch.tensor([[5, 6, 7, 7, 0, 0], [5, 6, 7, 7, 8, 7], [5, 9, 7, 0, 0, 0]])
+    mask = torch.tensor([[0, 0, 1, 1, 0, 0], [0, 0, 1, 1, 0, 1], [0, 0, 1, 0, 0, 0]]).float()
+    response = mask[:, 1:]  # (B, T-1): position t scores token t+1
+
+    def by_token(a: float, b: float) -> torch.Tensor:  # A's replies weigh a, B's and C's b
+        return torch.tensor(
+            [[0, 0, a, a, 0, 0], [0, 0, a, a, 0, b], [0, 0, b, 0, 0, 0]], dtype=torch.float32
+        )[:, 1:]
+
+    # balance 1: raw 1/2, 1/2, 1, 1 (replies A, A, B, C), mean 3/4 -> 2/3 and 4/3; each
+    # state's total is then 4/3: the rare states weigh as much as the common one
+    weights, metrics = grpo.state_weights(ids, response, 1.0)
+    torch.testing.assert_close(weights, by_token(2 / 3, 4 / 3))
+    assert metrics == {
+        "train/decision_states": 3.0,
+        "train/state_visits_min": 1.0,
+        "train/state_weight_max": pytest.approx(4 / 3),
+    }
+    # balance 1/2: raw 2 ** -1/2 (twice), 1, 1, mean (2 ** 1/2 + 2) / 4
+    mean = (2**0.5 + 2) / 4
+    weights, _ = grpo.state_weights(ids, response, 0.5)
+    torch.testing.assert_close(weights, by_token(2**-0.5 / mean, 1 / mean))
+    torch.testing.assert_close(grpo.state_weights(ids, response, 0.0)[0], response)  # plain
+
+
 @pytest.mark.parametrize("mode", LOSS_AGG_MODES)
 def test_micro_batch_losses_add_up_to_the_mini_batch_loss(mode):
     gen = torch.Generator().manual_seed(0)

@@ -8,9 +8,10 @@ import pandas as pd
 import pytest
 import torch
 from pydantic import ValidationError
-from sample_frames import make_samples
+from sample_frames import make_samples, mask_spans
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from sparring import grpo
 from sparring.rollout_correction import mismatch_metrics
 from sparring.train import (
     GRPOConfig,
@@ -365,6 +366,43 @@ def test_truncated_importance_sampling_weights_a_mismatched_update(
     assert max_gap(plain, tis) > 1e-5
 
 
+def test_state_balance_is_the_plain_update_with_each_replys_advantage_weighted(
+    tiny_model_dir, tokenizer
+):
+    """`state_balance: 1` trains exactly as the plain update whose advantages are multiplied
+    token by token by the decision states' weights (the weights' arithmetic is worked by hand
+    in tests/test_grpo.py). The rows of `make_samples` first reply after one of two prompts
+    (by seat: 2 visits each) and then after prompts of their own (1 visit each), so the first
+    replies weigh 2/3 and the second 4/3. Two mini-batches: the weights follow their rows."""
+    df = make_samples(tokenizer, [1.0, 0.0, 0.3, 0.6])
+    batch = collate(df, tokenizer.pad_token_id)
+    cfg = GRPOConfig(group_key="batch", lr=1e-3, mini_batch_size=2, micro_batch_size=1)
+    advantages = advantages_for(df, batch, cfg)[0]  # (B, T-1)
+    weights, _ = grpo.state_weights(batch.input_ids, batch.response_mask, 1.0)
+    for row in weights:
+        first, second = [row[a:b] for a, b in mask_spans(row.gt(0).int().tolist())]
+        assert (first == 2 / 3).all() and (second == 4 / 3).all()
+    runs = []
+    for balance, adv in [(1.0, advantages), (0.0, advantages * weights)]:
+        model, steps = load_model(tiny_model_dir, CPU), []
+        metrics = grpo_update(
+            model,
+            batch,
+            adv,
+            cfg.model_copy(update={"state_balance": balance}),
+            CPU,
+            on_step=lambda i, m, steps=steps: steps.append(m),
+        )
+        runs.append((model, metrics, steps))
+    (balanced, metrics, steps), (weighted, plain_metrics, plain_steps) = runs
+    for a, b in zip(steps, plain_steps, strict=True):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5, abs=1e-7)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5)
+    assert l2_gap(balanced, weighted) < 1e-3 * l2_gap(weighted, load_model(tiny_model_dir, CPU))
+    assert metrics["train/decision_states"] == 6 and metrics["train/state_visits_min"] == 1
+    assert "train/decision_states" not in plain_metrics  # off: the plain update, no weights
+
+
 def test_rollout_corrections_need_rollout_log_probs(tiny_model_dir, tokenizer, engine_samples):
     with pytest.raises(ValidationError, match="set rollout_is: null or bypass_mode: false"):
         GRPOConfig(rollout_is="token", bypass_mode=True)
@@ -460,3 +498,13 @@ def test_a_pipeline_config_checks_balance_by_against_the_games_columns():
         PipelineConfig.model_validate({"train": {"balance_by": "colour"}})
     with pytest.raises(ValidationError, match="set train_backend: torch or balance_by: null"):
         PipelineConfig.model_validate({"train": {"balance_by": "role"}, "train_backend": "verl"})
+
+
+def test_state_balance_is_checked_for_its_range_and_route():
+    from sparring.loop.config import PipelineConfig
+
+    with pytest.raises(ValidationError, match="less than or equal to 1"):
+        GRPOConfig(state_balance=1.5)
+    assert PipelineConfig.model_validate({"train": {"state_balance": 1}}).train.state_balance == 1
+    with pytest.raises(ValidationError, match="set train_backend: torch or state_balance: 0"):
+        PipelineConfig.model_validate({"train": {"state_balance": 1}, "train_backend": "verl"})
