@@ -428,17 +428,20 @@ def build_policies(
     max_batch_size: int = 64,
     extra_models: dict[str, str] | None = None,
     backend: BackendConfig | None = None,
+    temperature: float = 1.0,
 ) -> dict[str, Policy]:
     """Policies for a rollout: `policy` = the model on `backend` (default hf); any other seat
-    name is one of the game's scripted agents (`Game.agents`), or a key of `extra_models`
-    (name -> checkpoint path, always on hf: opponents from the pool are small side batches).
-    Names with the same checkpoint path share one loaded model."""
+    name is one of the game's scripted agents (`Game.agents`; those that answer the learner,
+    `Game.learner_agents`, are built from it and its sampling `temperature`), or a key of
+    `extra_models` (name -> checkpoint path, always on hf: opponents from the pool are small
+    side batches). Names with the same checkpoint path share one loaded model."""
     from sparring.generation.hf import HFBackend
 
     policies: dict[str, Policy] = {}
     loaded: dict[str, HFBackend] = {}  # checkpoint path -> its backend
     extra_models = extra_models or {}
-    for name in sorted(set(seats or [LEARNER])):
+    names = sorted(set(seats or [LEARNER]), key=lambda name: name != LEARNER)  # learner first
+    for name in names:
         if name == LEARNER:
             if model is None:
                 raise ValueError("a `policy` seat needs --model")
@@ -448,6 +451,11 @@ def build_policies(
             if path not in loaded:
                 loaded[path] = HFBackend(path, device=device, max_batch_size=max_batch_size)
             policies[name] = loaded[path]
+        elif name in game.cls.learner_agents and LEARNER in policies:
+            rules = game.make()
+            policies[name] = game.make_agent(
+                name, learner=policies[LEARNER], rules=rules, temperature=temperature
+            )
         else:
-            policies[name] = game.make_agent(name)
+            policies[name] = game.make_agent(name)  # refuses a learner agent without one
     return policies

@@ -60,7 +60,13 @@ def command(
     cfg = load_config(RolloutConfig, config, overrides)
     model_path = resolve_model(model) if model else None
     policies = build_policies(
-        cfg.game, model_path, cfg.seats, device, cfg.max_batch_size, backend=cfg.backend
+        cfg.game,
+        model_path,
+        cfg.seats,
+        device,
+        cfg.max_batch_size,
+        backend=cfg.backend,
+        temperature=cfg.sampling.temperature,
     )
     scripted_tok = None
     if tokenizer:

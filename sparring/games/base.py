@@ -23,7 +23,7 @@ Rules for implementers (docs/adding-a-game.md walks through one):
   with a user message whenever `seat` is to move. Assistant messages are that seat's raw texts.
 - `current_seat` may list several seats at once for simultaneous-move games (`pending_seats`).
 - Generic code learns everything game-specific through the class attributes and hooks below:
-  `agents` (scripted agents by name), `default_opponent`, `extra_group_keys`, `image_flavour`,
+  `agents` (scripted agents by name), `learner_agents`, `default_opponent`, `extra_group_keys`, `image_flavour`,
   `group_keys(seat)`, `transfer_pairs`, `turn_budget(params)`, `episode_metrics(plays)`,
   `role_breakdown`, `eval_lineups(mode, opponent)`, `baselines()`, `policy_metrics` and
   `write_report`. It never reads a key of `outcome()` or of the rule parameters
@@ -142,6 +142,10 @@ class Game(ABC):
     roles: tuple[str, ...] = ()
     agents: ClassVar[dict[str, str]] = {}
     """Scripted agents of this game: name -> "module:Class" (baselines, teachers, opponents)."""
+    learner_agents: ClassVar[frozenset[str]] = frozenset()
+    """The agents among `agents` that answer the learner as it is now (an exploiter): the
+    rollout builds them with `learner` (its policy), `rules` (a game of these rules) and
+    `temperature` (the learner's sampling temperature)."""
     default_opponent: str | None = None
     """The scripted agent `evaluate` plays against in `vs_scripted` mode."""
     extra_group_keys: ClassVar[tuple[str, ...]] = ()
@@ -257,6 +261,11 @@ class Game(ABC):
         if name not in cls.agents:
             raise ValueError(
                 f"unknown agent {name!r} for {cls.name}; choose one of {sorted(cls.agents)}"
+            )
+        if name in cls.learner_agents and "learner" not in params:
+            raise ValueError(
+                f"{name} answers the learner as it is now, so only a rollout that seats the "
+                "learner can seat it (opponents.difficulty.pool); pick another agent here"
             )
         module, attr = cls.agents[name].split(":")
         return getattr(importlib.import_module(module), attr)(**params)

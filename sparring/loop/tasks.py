@@ -195,6 +195,7 @@ def rollout(
             rcfg.max_batch_size,
             extra_models={name: local for name, (_, local) in past.items()},
             backend=rcfg.backend,
+            temperature=rcfg.sampling.temperature,
         )
         top_up = None
         if cfg.train.min_groups:  # dynamic sampling (the recipe allows it without a mix)

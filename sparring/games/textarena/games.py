@@ -45,7 +45,9 @@ class KuhnPoker(TextArenaGame):
     agents = scripted_and_random("kuhn-poker", "KuhnPokerAgent") | {
         "kuhn-poker-call": "sparring.games.textarena.exploitability:AlwaysCallAgent",
         "kuhn-poker-nash": "sparring.games.textarena.exploitability:NashAgent",
+        "kuhn-poker-exploiter": "sparring.games.textarena.exploitability:ExploiterAgent",
     }
+    learner_agents = frozenset({"kuhn-poker-exploiter"})
     default_opponent = "kuhn-poker-scripted"
 
     def __init__(
