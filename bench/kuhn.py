@@ -5,6 +5,8 @@ configs/kuhn.yaml, per training seed, scored by exact exploitability (open_spiel
     .venv/bin/python bench/kuhn.py --set model=smollm2-135m-instruct --seeds 0 --out runs/k
     .venv/bin/python bench/kuhn.py --set iterations=1 --set games_per_iteration=16 \\
         --set game_init.num_val=4 --set warm_start.num_states=8   # smoke size
+    .venv/bin/python bench/kuhn.py --seeds 0 --set opponents.selfplay_fraction=0 \\
+        --set "opponents.difficulty.pool=[kuhn-poker-exploiter]"   # against a best response
 
 1. each training seed runs `sparring.loop.runner.run_loop` as bench/learning.py does (`measured`:
    the start evaluated before any update, local files, no tracking, the seed moving the
