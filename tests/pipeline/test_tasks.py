@@ -403,3 +403,50 @@ def test_the_start_evaluation_opens_the_run_summary(cfg, tiny_model_dir, tmp_pat
     assert (row["iteration"], row["score"], row["version"]) == (-1, ev[start.champion_metric], "-")
     summary = reports.run_summary(start, "r", "FINISHED", [row], None, {})
     assert f"| start | nan | {ev[start.champion_metric]:.3f} | - |" in summary
+
+
+def test_kuhn_exploiter_plays_the_best_response_to_the_learner(tiny_model_dir, tmp_path):
+    """`opponents` with `kuhn-poker-exploiter` and no self-play: every game seats the learner
+    against the exploiter, and each of the exploiter's moves is the best response (open_spiel's)
+    to the learner's readout at the rollout's temperature, at that move's information state."""
+    pytest.importorskip("textarena")
+    pytest.importorskip("pyspiel")
+    from sparring.games.textarena import exploitability as kuhn
+    from sparring.generation.hf import HFBackend
+
+    cfg = PipelineConfig.model_validate(
+        {
+            "game": {"name": "kuhn-poker", "params": {"max_rounds": 1, "restate_card": True}},
+            "games_per_iteration": 8,
+            "device": "cpu",
+            "game_init": {"num_train": 4, "num_val": 1},
+            "rollout": {
+                "games_per_init": 2,
+                "choose_legal": True,
+                "sampling": {"temperature": 0.7, "max_new_tokens": 8},
+            },
+            "opponents": {
+                "selfplay_fraction": 0.0,
+                "difficulty": {"pool": ["kuhn-poker-exploiter"]},
+            },
+            "storage": {"root": (tmp_path / "store").as_uri()},
+        }
+    )
+    train = str(tasks.game_init(cfg, tmp_path / "inits", "r")["train"])
+    tasks.rollout(cfg, str(tiny_model_dir), train, 0, 8, tmp_path / "ro", "r")
+    learner = HFBackend(str(tiny_model_dir), device="cpu")
+    best = kuhn.best_response(kuhn.read_policy(learner, cfg.game.make(), temperature=0.7))
+    games, moves = read_jsonl(tmp_path / "ro/games.jsonl"), 0
+    assert len(games) == 8
+    for played in games:
+        assert sorted(played["seat_policies"]) == ["kuhn-poker-exploiter", "policy"]
+        seat = played["seat_policies"].index("kuhn-poker-exploiter")
+        game = cfg.game.make()
+        game.reset(played["state"])
+        for turn in played["transcript"]:
+            if turn["seat"] == seat:
+                action = kuhn.MOVES[turn["text"].strip("[]")]
+                assert best[kuhn.info_state(game, seat)][action] == 1.0
+                moves += 1
+            game.step(turn["seat"], turn["text"])
+    assert moves >= 8  # each game: the exploiter moves at least once
