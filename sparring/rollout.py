@@ -440,7 +440,7 @@ def build_policies(
     policies: dict[str, Policy] = {}
     loaded: dict[str, HFBackend] = {}  # checkpoint path -> its backend
     extra_models = extra_models or {}
-    names = sorted(set(seats or [LEARNER]), key=lambda name: name != LEARNER)  # learner first
+    names = sorted(set(seats or [LEARNER]), key=lambda name: (name != LEARNER, name))
     for name in names:
         if name == LEARNER:
             if model is None:
@@ -451,10 +451,9 @@ def build_policies(
             if path not in loaded:
                 loaded[path] = HFBackend(path, device=device, max_batch_size=max_batch_size)
             policies[name] = loaded[path]
-        elif name in game.cls.learner_agents and LEARNER in policies:
-            rules = game.make()
+        elif name in game.cls.learner_agents and LEARNER in policies:  # built after the learner
             policies[name] = game.make_agent(
-                name, learner=policies[LEARNER], rules=rules, temperature=temperature
+                name, learner=policies[LEARNER], rules=game.make(), temperature=temperature
             )
         else:
             policies[name] = game.make_agent(name)  # refuses a learner agent without one

@@ -15,9 +15,9 @@ Steps (numbered as in the code):
      accumulation over micro-batches and grad-norm clipping; loss = verl's clipped policy loss
      (times truncated importance weights with `rollout_is`; + kl_coef * KL,
      - entropy_coef * entropy; every token's terms times its decision state's weight with
-     `state_balance` (`grpo.state_weights`); + transfer_weight * the transfer loss: the distance between
-     paired roles' mean prompt hidden states, from the log-probs' own forward, per
-     micro-batch: `transfer_term`)
+     `state_balance` (`grpo.state_weights`); + transfer_weight * the transfer loss: the
+     distance between paired roles' mean prompt hidden states, from the log-probs' own
+     forward, per micro-batch: `transfer_term`)
   6. the rollout-trainer mismatch (`train/mismatch_kl`, `train/mismatch_frac_out`:
      sparring.rollout_correction), then a HF checkpoint (safetensors + tokenizer), metrics.json
 

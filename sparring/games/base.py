@@ -23,10 +23,10 @@ Rules for implementers (docs/adding-a-game.md walks through one):
   with a user message whenever `seat` is to move. Assistant messages are that seat's raw texts.
 - `current_seat` may list several seats at once for simultaneous-move games (`pending_seats`).
 - Generic code learns everything game-specific through the class attributes and hooks below:
-  `agents` (scripted agents by name), `learner_agents`, `default_opponent`, `extra_group_keys`, `image_flavour`,
-  `group_keys(seat)`, `transfer_pairs`, `turn_budget(params)`, `episode_metrics(plays)`,
-  `role_breakdown`, `eval_lineups(mode, opponent)`, `baselines()`, `policy_metrics` and
-  `write_report`. It never reads a key of `outcome()` or of the rule parameters
+  `agents` (scripted agents by name), `learner_agents`, `default_opponent`,
+  `extra_group_keys`, `image_flavour`, `group_keys(seat)`, `transfer_pairs`,
+  `turn_budget(params)`, `episode_metrics(plays)`, `role_breakdown`, `eval_lineups(mode,
+  opponent)`, `baselines()`, `policy_metrics` and `write_report`. It never reads a key of `outcome()` or of the rule parameters
   (tests/games/test_seam.py).
 """
 
