@@ -5,6 +5,8 @@
     .venv/bin/python bench/train.py --model runs/tiny --batch 2 --seq-len 64 --repeats 1
     .venv/bin/python bench/train.py --model smollm2-135m-instruct --batch 8 --mini-batch 2 \\
         --seq-len 256 --threads 2 --repeats 1              # and what bypass_mode saves
+    .venv/bin/python bench/train.py --model smollm2-135m-instruct --threads 2 --repeats 1 \\
+        --cpu-bf16 [--lora-rank 16]                        # and bf16 autocast on CPU
 
 Both sides run the same model over the same micro-batches in one process, interleaved, and the
 median of `--repeats` rounds is compared. Time is the process's CPU time on `--threads` torch
@@ -25,6 +27,10 @@ log-probs of the rows outside the first mini-batch come from a separate no-grad 
 is then also timed in `bypass_mode`, which takes the rollout engine's log-probs instead (here
 the start weights' own, as an exact engine's would be), and
 `RESULT bypass_saving <share of the GRPO step's time bypass_mode saves>` comes before the last.
+
+With `--cpu-bf16` the GRPO step (KL off) is also timed under CPU bf16 autocast (`train.cpu_bf16`,
+the LM head kept fp32), the log-probs of both at the start weights are compared, and
+`RESULT cpu_bf16_step_speedup <fp32 CPU time / bf16 CPU time>` comes before the last.
 """
 
 from __future__ import annotations
@@ -101,13 +107,18 @@ def main() -> None:
     ap.add_argument("--seq-len", type=int, default=512)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    ap.add_argument(
+        "--cpu-bf16", action="store_true", help="also the GRPO step under CPU bf16 autocast"
+    )
+    ap.add_argument("--lora-rank", type=int, default=0, help="train LoRA adapters of this rank")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     with tempfile.TemporaryDirectory() as tmp:
         path = resolve_model(args.model) if args.model else init_tiny(tmp, CPU_MODEL)
-        model, ref = load_model(path, device), load_model(path, device, trainable=False)
+        lora = GRPOConfig(lora_rank=args.lora_rank)
+        model, ref = load_model(path, device, cfg=lora), load_model(path, device, trainable=False)
         gqa = AutoModelForCausalLM.from_pretrained(path, attn_implementation=attention.register())
         gqa.to(device).eval()
         vocab = model.config.vocab_size
@@ -141,6 +152,16 @@ def main() -> None:
         steps["grpo, KL off, bypass_mode"] = lambda: grpo_update(
             model, batch, advantages, bypass_cfg, device
         )
+    if args.cpu_bf16 and device.type == "cpu":
+        bf16_cfg = cfg.model_copy(update={"cpu_bf16": True})
+        steps["grpo, KL off, cpu_bf16"] = lambda: grpo_update(
+            model, batch, advantages, bf16_cfg, device
+        )
+        rows = range(len(batch))
+        gap = (
+            batched_log_probs(model, batch, rows, bf16_cfg, device)
+            - batched_log_probs(model, batch, rows, cfg, device)
+        )[batch.response_mask.bool()].abs()  # (N,) at the start weights
     for fn in steps.values():  # warm-up
         fn()
     times = {name: [] for name in steps}
@@ -162,6 +183,13 @@ def main() -> None:
             f"  {name:<34} cpu {cpu[name]:7.3f} s  ratio {cpu[name] / cpu[bare]:.3f}   "
             f"wall {wall[name]:7.3f} s  ratio {wall[name] / wall[bare]:.3f}"
         )
+    if "grpo, KL off, cpu_bf16" in steps:
+        print(
+            f"cpu_bf16 log-probs against fp32's at the start weights: mean |d| "
+            f"{gap.mean():.4f}, max {gap.max():.4f} nats"
+        )
+        speedup = cpu["grpo, KL off"] / cpu["grpo, KL off, cpu_bf16"]
+        print(f"RESULT cpu_bf16_step_speedup {speedup:.3f}")
     if "grpo, KL off, bypass_mode" in steps:
         saved = 1 - cpu["grpo, KL off, bypass_mode"] / cpu["grpo, KL off"]
         print(f"RESULT bypass_saving {saved:.3f}")

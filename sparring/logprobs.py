@@ -113,7 +113,7 @@ def selective_log_softmax(
     def chunk(
         h: torch.Tensor, y: torch.Tensor, t: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = head(h).float()  # (n, V)
+        logits = _head_logits(head, h)  # (n, V)
         if t is not None:
             logits = logits / t[:, None].float()  # (n, V): the sampled distribution's logits
         lse = torch.logsumexp(logits, dim=-1)  # (n,)
@@ -137,6 +137,17 @@ def selective_log_softmax(
         empty = rows.sum(-1).float()  # (0,)
         return empty, (empty if with_entropy else None)
     return torch.cat(log_probs), (torch.cat(entropies) if with_entropy else None)
+
+
+def _head_logits(head: torch.nn.Module, h: torch.Tensor) -> torch.Tensor:
+    """head(h) as fp32 logits. Under CPU bf16 autocast (`train.cpu_bf16`) the head runs in its
+    weights' dtype instead: bf16 logits of SmolLM2 are off by ~0.05 nats, a mismatch with the
+    engine that samples from an fp32 head (docs/training.md, "bf16 on CPU")."""
+    if h.device.type != "cpu" or not torch.is_autocast_enabled("cpu"):
+        return head(h).float()
+    weight = next(head.parameters(), None)
+    with torch.autocast("cpu", enabled=False):
+        return head(h if weight is None else h.to(weight.dtype)).float()
 
 
 def split_head(model, input_ids: torch.Tensor, attention_mask: torch.Tensor):

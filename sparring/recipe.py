@@ -443,19 +443,27 @@ def _as_dict(section: Any) -> dict[str, Any]:
 
 
 def _rollout_correction(data: dict[str, Any], train: dict[str, Any]) -> dict[str, Any]:
-    """The train settings a quantized rollout needs: its int8 sampler is not the fp32 trainer,
-    so the truncated importance sampling (`rollout_is`, token level unless set) corrects the
-    update, and the trainer's own old log-probs (no `bypass_mode`) measure the gap
-    (`train/mismatch_kl`)."""
+    """The train settings a sampler and a trainer at different precisions need (the engine's
+    int8 layers, the trainer's CPU bf16 autocast): the truncated importance sampling
+    (`rollout_is`, token level unless set) corrects the update, and the trainer's own old
+    log-probs (no `bypass_mode`) measure the gap (`train/mismatch_kl`)."""
     backend = _as_dict(_as_dict(data.get("rollout")).get("backend"))
-    quantize = backend.get("quantize", "none")
-    if quantize == "none":
+    apart = [
+        f"{name}={value!r}"
+        for name, value in [
+            ("rollout.backend.quantize", backend.get("quantize", "none")),
+            ("train.cpu_bf16", train.get("cpu_bf16", False)),
+        ]
+        if value not in ("none", False)
+    ]
+    if not apart:
         return {}
     if train.get("bypass_mode") or ("rollout_is" in train and train["rollout_is"] is None):
         raise ValueError(
-            f"rollout.backend.quantize={quantize!r} samples from a policy apart from the fp32 "
-            "trainer's, so the update needs the rollout correction: set train.rollout_is "
-            "(token or sequence; token when unset) and bypass_mode: false, or quantize: none"
+            f"{' and '.join(apart)}: the rollout's sampler and the trainer compute at "
+            "different precisions, so the update needs the rollout correction: set "
+            "train.rollout_is (token or sequence; token when unset) and bypass_mode: false, "
+            "or drop those settings"
         )
     return {"rollout_is": train.get("rollout_is", "token")}
 

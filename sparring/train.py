@@ -42,7 +42,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer
 
-from sparring import grpo, logprobs, policy_model, rollout_correction
+from sparring import grpo, logprobs, peak_flops, policy_model, rollout_correction
 from sparring.device import pick_device
 from sparring.rae import RoleBaseline
 from sparring.samples import GENERIC_GROUP_KEYS, read_samples
@@ -438,8 +438,12 @@ def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
 
 
 def _autocast(cfg: OptimConfig, device: torch.device):
-    """bf16 autocast on CUDA when `cfg.bf16`, a no-op elsewhere."""
-    enabled = cfg.bf16 and device.type == "cuda" and torch.cuda.is_bf16_supported()
+    """bf16 autocast on CUDA when `cfg.bf16`, on CPU when `cfg.cpu_bf16` says so
+    (`peak_flops.cpu_bf16`), a no-op elsewhere."""
+    if device.type == "cuda":
+        enabled = cfg.bf16 and torch.cuda.is_bf16_supported()
+    else:
+        enabled = device.type == "cpu" and peak_flops.cpu_bf16(cfg.cpu_bf16)
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
 
 
