@@ -12,14 +12,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from sparring.pipelines.local import run_kfp
 from sparring.pipelines.selfplay import compile_pipeline
 from test_kfp_protos import parse, protos  # noqa: F401 (a fixture: the backend's protos)
+from tiny_pipeline import graph_and_loop, played
 
 from sparring.loop import checkpoints, population
 from sparring.loop.config import CONFIG_DIR, PipelineConfig
-from sparring.loop.local import run_local
-from sparring.loop.runner import run_loop
 from sparring.registry import MEMBER_TAG
 from sparring.tracking import CHECKPOINT_TAG, connect
 
@@ -126,24 +124,11 @@ def test_the_kfp_graph_plays_the_same_population_games_as_the_loop(
     tiny_model_dir, tmp_path, forked_tasks
 ):
     cfg = kuhn_population(tmp_path, tiny_model_dir)
-    kfp = run_local(cfg, tmp_path / "runs", engine=run_kfp)
-    here = cfg.model_copy(
-        update={
-            "run_name": "in-process",
-            "storage": cfg.storage.model_copy(update={"root": str(tmp_path / "here")}),
-            "tracking": cfg.tracking.model_copy(update={"enabled": False}),
-        }
-    )
-    loop = run_loop(here, tmp_path / "work")
-
-    def games(folder: Path) -> list[tuple]:
-        rows = [json.loads(line) for line in (folder / "games.jsonl").read_text().splitlines()]
-        return [(g["game_id"], g["seat_policies"], g["transcript"], g["rewards"]) for g in rows]
-
+    kfp, loop = graph_and_loop(cfg, tmp_path)
     root = Path(kfp.storage_root)
     for i in range(2):
         graph, process = root / str(i) / "rollout", tmp_path / "work" / str(i) / "rollout"
-        assert games(graph) == games(process)
+        assert played(graph) == played(process)
         ratings = [json.loads((f / population.STATE_FILE).read_text()) for f in (graph, process)]
         assert ratings[0] == ratings[1]  # the same rating updates, applied once each
     state = json.loads((root / "1" / "rollout" / population.STATE_FILE).read_text())

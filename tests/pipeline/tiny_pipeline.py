@@ -1,10 +1,17 @@
-"""The tiny two-iteration pipeline config the end-to-end tests share."""
+"""The tiny two-iteration pipeline config the end-to-end tests share, and the pair of runs
+(the compiled graph under kfp.local, the in-process loop) that graph tests compare."""
 
 from __future__ import annotations
 
+import json
 import uuid
+from pathlib import Path
+
+from sparring.pipelines.local import run_kfp
 
 from sparring.loop.config import PipelineConfig
+from sparring.loop.local import run_local
+from sparring.loop.runner import run_loop
 
 
 def tiny_config(tmp_path, model: str, s3_server=None) -> PipelineConfig:
@@ -33,3 +40,24 @@ def tiny_config(tmp_path, model: str, s3_server=None) -> PipelineConfig:
             "registered_model": f"e2e-{tag}",
         }
     )
+
+
+def graph_and_loop(cfg: PipelineConfig, tmp_path: Path):
+    """`cfg` run twice: its compiled KFP graph under kfp.local (storage and tracking as
+    configured; task folders under tmp_path/runs) and the in-process loop (storage under
+    tmp_path/here, no tracking, work folders under tmp_path/work). Returns both results."""
+    kfp = run_local(cfg, tmp_path / "runs", engine=run_kfp)
+    here = cfg.model_copy(
+        update={
+            "run_name": "in-process",
+            "storage": cfg.storage.model_copy(update={"root": str(tmp_path / "here")}),
+            "tracking": cfg.tracking.model_copy(update={"enabled": False}),
+        }
+    )
+    return kfp, run_loop(here, tmp_path / "work")
+
+
+def played(folder: Path) -> list[tuple]:
+    """A rollout folder's games: (game_id, seat policies, transcript, rewards) each."""
+    rows = [json.loads(line) for line in (folder / "games.jsonl").read_text().splitlines()]
+    return [(g["game_id"], g["seat_policies"], g["transcript"], g["rewards"]) for g in rows]
