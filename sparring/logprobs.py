@@ -141,8 +141,9 @@ def selective_log_softmax(
 
 def _head_logits(head: torch.nn.Module, h: torch.Tensor) -> torch.Tensor:
     """head(h) as fp32 logits. Under CPU bf16 autocast (`train.cpu_bf16`) the head runs in its
-    weights' dtype instead: bf16 logits of SmolLM2 are off by ~0.05 nats, a mismatch with the
-    engine that samples from an fp32 head (docs/training.md, "bf16 on CPU")."""
+    weights' dtype instead: bf16 logits keep 8 bits of mantissa (a logit near 20 rounds by up
+    to .06), a mismatch with the engine that samples from an fp32 head (docs/training.md,
+    "bf16 on CPU")."""
     if h.device.type != "cpu" or not torch.is_autocast_enabled("cpu"):
         return head(h).float()
     weight = next(head.parameters(), None)

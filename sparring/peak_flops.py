@@ -42,7 +42,7 @@ def bf16_speedup(rows: int = 256, k: int = 576, n: int = 1536, seconds: float = 
 
 
 def cpu_bf16(setting: bool | str) -> bool:
-    """Whether a `cpu_bf16` setting (train, rollout.backend) computes in bf16 on this CPU:
+    """Whether a `cpu_bf16` setting (train, warm_start.train) computes in bf16 on this CPU:
     `true` always, `false` never, `auto` where `bf16_speedup()` finds bf16 at least 1.3x
     faster."""
     if setting == "auto":

@@ -38,7 +38,7 @@ class OptimConfig(BaseModel):
     max_seq_len: int | None = Field(None, ge=16)
     seed: int = 0  # mini-batch shuffling and torch seed
     bf16: bool = True  # bfloat16 autocast on CUDA (ignored on CPU)
-    # bfloat16 autocast on CPU, the LM head and log-softmax kept fp32: ~2.6x a SmolLM2 step
+    # bfloat16 autocast on CPU, the LM head and log-softmax kept fp32: ~1.45x a SmolLM2 step
     # where the CPU has bf16 instructions (AVX512-BF16, AMX), slower where not; auto = only
     # where a probe finds bf16 faster (sparring.peak_flops.cpu_bf16). docs/training.md.
     cpu_bf16: bool | Literal["auto"] = False
