@@ -39,7 +39,7 @@ def run_kfp(cfg: PipelineConfig, workdir: Path) -> dict[str, float]:
             + failed_task_log(log_path.read_text(errors="replace"))
         ) from e
     job_dir = max((workdir / "kfp").iterdir(), key=lambda p: p.stat().st_mtime)
-    return compute_seconds(job_dir)
+    return perf_totals(job_dir)
 
 
 def _keep_loop_inputs() -> None:
@@ -65,17 +65,20 @@ def _keep_loop_inputs() -> None:
     task_spec_utils.create_parameter_loop_iteration_task_spec = fixed
 
 
-def compute_seconds(job_dir: Path) -> dict[str, float]:
-    """`perf/{rollout,train,eval}_seconds` summed over the output artifacts of every task of
-    one kfp.local job (the warm start's SFT counts as train)."""
-    from sparring.loop.tasks import COMPUTE_METRICS
+def perf_totals(job_dir: Path) -> dict[str, float]:
+    """`perf/{rollout,train,eval}_seconds` summed and each task kind's peak memory
+    (`tasks.PEAK_METRICS`) maxed over the output artifacts of every task of one kfp.local job
+    (the warm start's SFT counts as train)."""
+    from sparring.loop.tasks import COMPUTE_METRICS, PEAK_METRICS
 
-    totals = dict.fromkeys(COMPUTE_METRICS, 0.0)
+    totals = dict.fromkeys(COMPUTE_METRICS + PEAK_METRICS, 0.0)
     for out in job_dir.glob("*/executor_output.json"):
         for artifact in json.loads(out.read_text()).get("artifacts", {}).values():
             for metadata in (a.get("metadata", {}) for a in artifact["artifacts"]):
                 for key in COMPUTE_METRICS:
                     totals[key] += float(metadata.get(key, 0.0))
+                for key in PEAK_METRICS:
+                    totals[key] = max(totals[key], float(metadata.get(key, 0.0)))
     return totals
 
 

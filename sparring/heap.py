@@ -14,6 +14,8 @@ the tiny model's SFT took 14.5-16.8 s bounded against 11.1 s (system time 8.8-9.
 1.5 s), which made `make run` 16:35 instead of 9:35 (docs/results.md). `bound_for` bounds the
 heap only for a model of `MIN_PARAMS` parameters or more; the engine and the trainer call it on
 CPU once their model is loaded.
+
+`PeakRSS` measures a block's peak resident memory: every task's `perf/<task>_peak_rss_gib`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import ctypes.util
 import functools
 import os
 import platform
+import threading
+from pathlib import Path
 
 M_MMAP_THRESHOLD = -3
 """mallopt's parameter number (malloc.h)."""
@@ -46,3 +50,46 @@ def bound_for(num_params: int) -> bool:
     """`bound()` for a model of `num_params` parameters on CPU, if it is large enough for the
     heap's growth to matter (`MIN_PARAMS`); False otherwise (or as `bound`)."""
     return num_params >= MIN_PARAMS and bound()
+
+
+class PeakRSS:
+    """The peak resident memory of this process within a `with` block, in GiB (`gib`): the
+    largest of the resident sizes sampled every `interval` seconds and, where the block set a
+    new high for the process, the kernel's high-water mark (Linux `VmHWM`), which catches
+    what sampling misses. Reading it leaves the kernel's own peak, which `time -v` reports,
+    untouched."""
+
+    def __init__(self, interval: float = 0.02) -> None:
+        self.interval, self.gib = interval, 0.0
+        self._stop = threading.Event()
+
+    def __enter__(self) -> PeakRSS:
+        import psutil
+
+        self._hwm = _high_water()
+        process = psutil.Process()
+
+        def sample() -> None:
+            while not self._stop.wait(self.interval):
+                self.gib = max(self.gib, process.memory_info().rss / 2**30)
+
+        self.gib = process.memory_info().rss / 2**30
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        if (hwm := _high_water()) is not None and self._hwm is not None and hwm > self._hwm:
+            self.gib = max(self.gib, hwm)
+
+
+def _high_water() -> float | None:
+    """This process's peak resident memory so far in GiB (`VmHWM`), None off Linux."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return None
+    kib = next((line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")), None)
+    return int(kib) / 2**20 if kib else None

@@ -1,6 +1,5 @@
 """How fast this machine multiplies matrices: the yardstick for FLOP utilisation
-(`bench/rollout.py`), for scaling `sparring run`'s time estimate to the CPU it runs on, and for
-whether `cpu_bf16: auto` computes in bf16 on this CPU (`cpu_bf16`)."""
+(`bench/rollout.py`), and whether `cpu_bf16: auto` computes in bf16 on this CPU (`cpu_bf16`)."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import math
+import re
 import runpy
 import subprocess
 import sys
@@ -18,7 +19,9 @@ import torch
 from sample_frames import make_samples
 from transformers import AutoTokenizer
 
+from sparring.cli.options import load_config, parse_params
 from sparring.games.matching.game import MatchingGame
+from sparring.loop.config import DEFAULT_CONFIG, PipelineConfig
 from sparring.train import collate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -317,6 +320,27 @@ def test_learning_bench_runs_the_product_loop_per_training_seed(bench, tiny_mode
         line.split() for line in printed.getvalue().splitlines() if line.startswith("RESULT ")
     ]
     assert {name: float(value) for _, name, value in merged} == results
+
+
+def test_estimate_bench_fits_the_costs_of_the_run_it_times(bench):
+    """The smallest run of the embedded default, with its services: the costs it fitted
+    account for the whole wall time at the run's own probe (what a refit pastes into
+    `COSTS`), and the RESULT is the estimate printed at the start over that wall time."""
+    from sparring.loop import estimate
+
+    lines = bench.output("estimate.py", *smoke_args("games_per_iteration=8"))
+    fitted = eval(next(line for line in lines if line.startswith("fitted: ")).removeprefix(
+        "fitted: "), vars(estimate))  # fmt: skip
+    wall = float(re.search(r"wall (\d+) s", "\n".join(lines)).group(1))
+    cfg = load_config(PipelineConfig, str(DEFAULT_CONFIG), parse_params(tuple(SMOKE)))
+    cfg = cfg.model_copy(update={"games_per_iteration": 8})
+    w = estimate.work(cfg, fitted.budget)
+    spent = sum(getattr(w, k) * getattr(fitted, k) for k in ("sft", "rollout", "train", "eval"))
+    assert spent + w.tasks * fitted.task == pytest.approx(wall, abs=1)  # the wall, rounded
+    assert all(getattr(fitted, k) > 0 for k in ("sft", "rollout", "eval"))  # an update may
+    assert fitted.train >= 0  # be skipped at this size (no group with a reward spread)
+    name, value = lines[-1].split()[1:]
+    assert name == "estimate_over_wall" and float(value) > 0
 
 
 def test_t1_arm_scores_every_row_at_temperature_1(tiny_model_dir):

@@ -80,3 +80,25 @@ def test_the_engine_and_the_trainer_bound_the_heap_only_for_a_large_model(
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert out.stdout.split()[-2:] == bounded.split()
+
+
+PEAKS = """
+import time
+import numpy as np
+from sparring.heap import PeakRSS
+with PeakRSS() as idle:
+    time.sleep(0.1)
+with PeakRSS() as big:  # a new high for the process: 512 MiB touched, then freed
+    block = np.ones(2**26)
+    del block
+with PeakRSS() as after:  # below the process's high: only what it holds now
+    time.sleep(0.1)
+print(idle.gib, big.gib, after.gib)
+"""
+
+
+def test_peak_rss_sees_a_block_s_own_peak_and_not_an_earlier_one():
+    out = subprocess.run([sys.executable, "-c", PEAKS], capture_output=True, text=True, check=True)
+    idle, big, after = map(float, out.stdout.split())
+    assert big - idle > 0.45  # the 512 MiB, freed before sampling might see them
+    assert abs(after - idle) < 0.1  # the earlier high is not this block's

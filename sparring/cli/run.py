@@ -85,7 +85,12 @@ def command(config, model, iterations, games_per_iteration, run_name, workdir, k
         except RuntimeError as e:
             raise click.ClickException(str(e)) from e
         except Stopped as e:  # local services stopped, MLflow parent run KILLED
-            click.echo(f"{e}: MLflow parent run KILLED; partial artifacts in {e.partial}", err=True)
+            if e.partial is None:
+                click.echo(f"{e} outside the loop's tasks: the local services stopped", err=True)
+            else:
+                click.echo(
+                    f"{e}: MLflow parent run KILLED; partial artifacts in {e.partial}", err=True
+                )
             sys.exit(e.exit_code)
         click.echo(format_summary(result, this, result_name))
         runs.append(Replicate(seed, result.run_name, result.test))

@@ -1,52 +1,80 @@
 """How long `sparring run` should take: a rough wall-time estimate printed at the start.
 
-Only for models whose costs per unit below were measured on CPU, from per-task times of one run
-on 2 idle cores: the tiny model (`make run` in-process on 2x2 matching: 12:46 wall on a CPU
-whose matmul probe read 95 GFLOP/s; the costs don't scale with the table, so a 3x3 run takes
-about 1.5x its estimate) and SmolLM2-135M-Instruct (the full
-`configs/pipeline-smollm2.yaml`: 59:38 wall at 148 GFLOP/s; docs/results.md). Each cost is
-scaled to `REFERENCE_MATMUL` by its run's probe.
-Another model or a GPU gets no estimate.
-The rollout and eval costs are per game at the measured per-turn budget (`max_new_tokens`
-times the game's `Game.turn_budget`, matching's `max_turns`) and scale with it; a policy that
-ends its games early is faster (SmolLM2's rollout cost is the mean of an untrained and a
-once-trained iteration: 2.9 and 1.9 s a game).
-`estimate_here` scales the costs by a one-second matmul probe of this machine (a 1.6x slower
-CPU made every task 1.4-1.8x slower).
+Only for models whose costs per unit below were measured on CPU, each from the per-task times
+of one run on 2 idle cores (`bench/estimate.py`, which prints them): the tiny model on `make
+run`'s config, SmolLM2-135M-Instruct on `configs/pipeline-smollm2.yaml` cut to one iteration
+of 32 games and 32 val and test states (docs/results.md#the-time-estimate-against-the-runs).
+Another model or a GPU gets no estimate. The rollout and eval costs are per game at the
+measured per-turn budget (`max_new_tokens` times the game's `Game.turn_budget`, matching's
+`max_turns`) and scale with it; a policy that ends its games early is faster.
+
+`estimate_here` scales the costs to this machine by `probe`: the model's own forward and
+backward pass (for the warm start and the updates) and its cached decoding (for rollouts and
+evaluations), timed here against the same probe where the costs were measured. The two change
+differently across machines (on one core instead of two the tiny model's updates took 1.8x as
+long, its games 1.3-1.4x), and a matmul probe tracked neither (it was 2x over on an AVX-512
+CPU, whose gains on the tiny model's small products, elementwise ops and Python it missed).
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import NamedTuple
 
 from sparring.evaluate import lineups
 from sparring.loop import tasks
 from sparring.loop.config import PipelineConfig
 
-REFERENCE_MATMUL = 215e9
-"""FLOP/s of a 2048^2 fp32 matmul on 2 threads (`peak_flops.matmul_peak`) on the CPU where
-COSTS were measured."""
-TASK_SECONDS = 1.5  # one task's share of what is not its compute: S3 transfers, MLflow, setup
 # Share of a GRPO update that `bypass_mode` skips, the trainer's old-log-prob pass (13% and
 # 21% measured: docs/results.md#what-bypass_mode-saves-in-a-grpo-step); COSTS' train costs
 # were measured with the pass.
 BYPASS_SAVING = 0.13
+PROBE_TOKENS = 128  # the probe's sequences: trained, or prompts for a 16-token reply
+
+
+class Probe(NamedTuple):
+    """Seconds one machine takes for a model's two kinds of work (`probe`)."""
+
+    train: float  # forward and backward of `rows` x PROBE_TOKENS tokens
+    decode: float  # prefill 4 x `rows` x PROBE_TOKENS tokens, then 16 cached one-token steps
 
 
 class Costs(NamedTuple):
-    """Measured seconds per unit of work for one model on 2 CPU cores."""
+    """Measured seconds per unit of work for one model on idle CPU cores."""
 
-    sft: float  # per warm-start state and epoch (scripted play and the SFT pass)
+    sft: float  # per warm-start state and epoch: the SFT pass
     rollout: float  # per self-play game
     train: float  # per self-play game: the GRPO update on its samples
     eval: float  # per eval game
+    task: float  # per task, outside its compute: start-up, scripted games, S3, MLflow, saving
     budget: int  # max_new_tokens x turn budget the per-game costs were measured at
+    rows: int  # the probe's batch for this model
+    reference: Probe  # the probe on the machine where the costs were measured
 
 
+# Fitted by bench/estimate.py; the references are the probes of those runs.
 COSTS = {
-    "tiny": Costs(sft=0.070, rollout=0.110, train=0.234, eval=0.119, budget=40 * 8),
-    # loading and saving the 540 MB checkpoint is inside each task's per-game cost
-    "smollm2-135m-instruct": Costs(sft=3.25, rollout=1.65, train=6.3, eval=1.4, budget=48 * 6),
+    "tiny": Costs(
+        sft=0.0569,
+        rollout=0.100,
+        train=0.171,
+        eval=0.104,
+        task=0.83,
+        budget=40 * 8,
+        rows=4,
+        reference=Probe(train=0.0316, decode=0.0688),
+    ),
+    "smollm2-135m-instruct": Costs(
+        sft=3.59,
+        rollout=1.58,
+        train=7.23,
+        eval=1.63,
+        task=2.5,
+        budget=48 * 6,
+        rows=1,
+        reference=Probe(train=0.727, decode=1.744),
+    ),
 }
 
 
@@ -64,36 +92,107 @@ def games_on_test(cfg: PipelineConfig) -> int:
     return 2 * cfg.game_init.num_test * len(test)
 
 
-def estimate_seconds(cfg: PipelineConfig, matmul: float = REFERENCE_MATMUL) -> float | None:
-    """Wall seconds of `cfg` on 2 idle CPU cores that multiply matrices at `matmul` FLOP/s, or
-    None for a model without measured costs or off CPU."""
+class Work(NamedTuple):
+    """How much of each kind of work a config asks for, in the units of `Costs`."""
+
+    sft: float  # warm-start states x epochs
+    rollout: float  # self-play games, times their token budget over the costs' budget
+    train: float  # self-play games trained, less the share `bypass_mode` skips
+    eval: float  # eval games (per iteration, the start's and the test's), budget-scaled
+    tasks: int  # steps run: start, init, model, warm start, 4 per iteration, test, finish
+
+
+def work(cfg: PipelineConfig, budget: int) -> Work:
+    """`cfg`'s work, its games' lengths counted against `budget` tokens per game."""
+    turns = cfg.game.cls.turn_budget(cfg.game.params)
+    length = cfg.rollout.sampling.max_new_tokens * turns / budget
+    ws = cfg.warm_start
+    evals = (cfg.iterations + cfg.evaluate_start) * eval_games(cfg) + games_on_test(cfg)
+    steps = 4 + (ws is not None) + 4 * cfg.iterations + cfg.evaluate_start
+    return Work(
+        sft=ws.num_states * ws.train.epochs if ws else 0.0,
+        rollout=cfg.iterations * cfg.games_per_iteration * length,
+        train=cfg.iterations
+        * cfg.games_per_iteration
+        * (1 - BYPASS_SAVING * cfg.train.bypass_mode),
+        eval=evals * length,
+        tasks=steps + (cfg.game_init.num_test > 0),
+    )
+
+
+def estimate_seconds(cfg: PipelineConfig, probe: Probe | None = None) -> float | None:
+    """Wall seconds of `cfg` on idle CPU cores whose `probe` of the model took `probe` (None:
+    the machine where the costs were measured), or None for a model without measured costs or
+    off CPU."""
     costs = COSTS.get(cfg.model)
     if costs is None or cfg.device != "cpu" or cfg.train_backend != "torch":
         return None
-    turns = cfg.game.cls.turn_budget(cfg.game.params)
-    budget = cfg.rollout.sampling.max_new_tokens * turns / costs.budget
-    ws = cfg.warm_start
-    sft = ws.num_states * ws.train.epochs * costs.sft if ws else 0.0
-    train = costs.train * (1 - BYPASS_SAVING * cfg.train.bypass_mode)
-    per_iteration = (
-        cfg.games_per_iteration * (costs.rollout * budget + train)
-        + eval_games(cfg) * costs.eval * budget
+    w, ref = work(cfg, costs.budget), costs.reference
+    update, decode = (probe.train / ref.train, probe.decode / ref.decode) if probe else (1, 1)
+    return (
+        w.tasks * costs.task
+        + update * (w.sft * costs.sft + w.train * costs.train)
+        + decode * (w.rollout * costs.rollout + w.eval * costs.eval)
     )
-    once = (cfg.evaluate_start * eval_games(cfg) + games_on_test(cfg)) * costs.eval * budget
-    tasks = 4 + (ws is not None) + 4 * cfg.iterations  # start, init, model, finish, per iteration
-    tasks += cfg.evaluate_start + (cfg.game_init.num_test > 0)
-    seconds = tasks * TASK_SECONDS + sft + cfg.iterations * per_iteration + once
-    return seconds * REFERENCE_MATMUL / matmul
 
 
-def estimate_here(cfg: PipelineConfig) -> tuple[float, float] | None:
-    """`estimate_seconds` for this machine, and the matmul FLOP/s its probe measured; None
+def estimate_here(cfg: PipelineConfig) -> tuple[float, Probe, Probe] | None:
+    """`estimate_seconds` for this machine, this machine's probe and the reference one; None
     where there is no estimate (and then no probe)."""
     if estimate_seconds(cfg) is None:
         return None
+    costs = COSTS[cfg.model]
+    here = probe(cfg.model, costs.rows)
+    return estimate_seconds(cfg, here), here, costs.reference
+
+
+def probe(model: str, rows: int, seconds: float = 1.0) -> Probe:
+    """Time `model`'s own work on this machine, the best of repeats taken in turn over about
+    `seconds` (at least two of each, after a warm-up: a stall of the machine must outlast the
+    whole probe to slow it): a forward and backward pass of `rows` x PROBE_TOKENS random tokens, and
+    prefilling 4 x `rows` x PROBE_TOKENS tokens then decoding 16 more with the KV cache (what
+    the rollout engine does, on the larger batches of many games; a game's first prompt is
+    longer still, ~300 tokens for matching)."""
     import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging
 
-    from sparring.peak_flops import matmul_peak
+    from sparring import model_zoo
 
-    matmul, _ = matmul_peak(torch.device("cpu"), seconds=1.0)
-    return estimate_seconds(cfg, matmul), matmul
+    logging.disable_progress_bar()  # loading bars would precede the estimate
+    try:
+        path = model_zoo.fetch(model)
+        net = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    finally:
+        logging.enable_progress_bar()
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(net.config.vocab_size, (rows, PROBE_TOKENS), generator=gen)
+    prompts = torch.randint(net.config.vocab_size, (4 * rows, PROBE_TOKENS), generator=gen)
+
+    def train() -> None:
+        net.zero_grad(set_to_none=True)
+        net(ids, labels=ids).loss.backward()
+
+    @torch.no_grad()
+    def decode() -> None:
+        out = net(prompts, use_cache=True)
+        for _ in range(16):
+            step = out.logits[:, -1:].argmax(-1)
+            out = net(step, past_key_values=out.past_key_values, use_cache=True)
+
+    return Probe(*_fastest((train, decode), seconds))
+
+
+def _fastest(calls: tuple[Callable[[], None], ...], seconds: float) -> list[float]:
+    """Each call's fastest time, the calls made in turn (after one warm-up each) for about
+    `seconds` and at least twice."""
+    for f in calls:
+        f()
+    best, rounds, t_end = [float("inf")] * len(calls), 0, time.perf_counter() + seconds
+    while rounds < 2 or time.perf_counter() < t_end:
+        for i, f in enumerate(calls):
+            t0 = time.perf_counter()
+            f()
+            best[i] = min(best[i], time.perf_counter() - t0)
+        rounds += 1
+    return best

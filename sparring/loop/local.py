@@ -56,6 +56,12 @@ class LocalRun(NamedTuple):
     log: Path
     seconds: float  # wall time of the whole run, services included
     compute: dict[str, float]  # perf/*_seconds summed over the warm start, evaluations, updates
+    peaks: dict[
+        str, float
+    ]  # each task kind's peak memory in GiB (sparring.loop.tasks.PEAK_METRICS)
+    estimate: float | None = (
+        None  # the wall seconds estimated at the start (sparring.loop.estimate)
+    )
 
     @property
     def overhead(self) -> float:
@@ -102,20 +108,22 @@ def _clock(seconds: float) -> str:
 
 Engine = Callable[[PipelineConfig, Path], dict[str, float]]
 """Runs the loop of a config whose services are up, under a work folder; returns the
-`perf/*_seconds` it spent (the in-process `in_process`, or pipelines/local.py's `run_kfp`)."""
+`perf/*_seconds` it spent and each task kind's peak memory (the in-process `in_process`, or pipelines/local.py's `run_kfp`)."""
 
 
 def in_process(cfg: PipelineConfig, workdir: Path) -> dict[str, float]:
     """The loop in this process (`sparring.loop.runner.run_loop`)."""
     from sparring.loop.runner import run_loop
-    from sparring.loop.tasks import COMPUTE_METRICS
+    from sparring.loop.tasks import COMPUTE_METRICS, PEAK_METRICS
 
     work = workdir / cfg.run_name / "work"
     result = run_loop(cfg, work)
     warm = work / "warm" / "metrics.json"  # the warm start's SFT counts as train, as on kfp
     reports = [it.metrics for it in [result.start, *result.iterations] if it] + [result.test]
     reports += [json.loads(warm.read_text())] if cfg.warm_start else []
-    return {k: sum(m.get(k, 0.0) for m in reports) for k in COMPUTE_METRICS}
+    return {k: sum(m.get(k, 0.0) for m in reports) for k in COMPUTE_METRICS} | {
+        k: max(m.get(k, 0.0) for m in reports) for k in PEAK_METRICS
+    }
 
 
 def run_local(
@@ -126,8 +134,9 @@ def run_local(
 ) -> LocalRun:
     """Run the loop for `cfg` on this machine with `engine`; see the module docstring."""
     from sparring.loop import runs
-    from sparring.loop.estimate import REFERENCE_MATMUL, estimate_here
+    from sparring.loop.estimate import estimate_here
     from sparring.loop.reports import summary_rows, test_figures
+    from sparring.loop.tasks import COMPUTE_METRICS, PEAK_METRICS
     from sparring.registry import champion
     from sparring.tracking import connect
 
@@ -136,17 +145,21 @@ def run_local(
     run_name = cfg.run_name or f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     (workdir / run_name).mkdir(parents=True, exist_ok=True)
     log_path = workdir / run_name / "run.log"
-    estimate = estimate_here(cfg)  # (seconds, this CPU's matmul FLOP/s) or None
+    estimate = estimate_here(cfg)  # (seconds, this machine's probe, the reference's) or None
     seconds = estimate[0] if estimate else None
     if estimate:
+        _, here, ref = estimate
         print(
-            f"[sparring] estimated time: ~{_clock(seconds)} if these cores are idle "
-            f"(matmul {estimate[1] / 1e9:.0f} GFLOP/s here, {REFERENCE_MATMUL / 1e9:.0f} where "
-            "the costs were measured)",
+            f"[sparring] estimated time: ~{_clock(seconds)} if these cores are idle (this CPU "
+            f"runs {cfg.model}'s update {ref.train / here.train:.2f}x and its decoding "
+            f"{ref.decode / here.decode:.2f}x as fast as where the costs were measured)",
             flush=True,
         )
     own_mlflow = not cfg.tracking.tracking_uri and "MLFLOW_TRACKING_URI" not in os.environ
-    with local_services(cfg.model_copy(update={"run_name": run_name}), workdir) as (cfg, s3_dir):
+    with (
+        stop_on_signals(),  # a signal while the services start or report stops them
+        local_services(cfg.model_copy(update={"run_name": run_name}), workdir) as (cfg, s3_dir),
+    ):
         with (
             log_path.open("w") as log,
             contextlib.redirect_stdout(_Progress(log, sys.stdout, verbose, t0, seconds)),
@@ -154,7 +167,7 @@ def run_local(
             stop_on_signals(),
         ):
             try:
-                compute = engine(cfg, workdir)
+                perf = engine(cfg, workdir)
             except Stopped as e:  # SIGTERM/SIGINT: the task is gone; services stop on exit
                 parent = _this_parent(cfg, connect(cfg.tracking), started)
                 if parent is not None:
@@ -179,7 +192,9 @@ def run_local(
             s3_dir,
             log_path,
             time.perf_counter() - t0,
-            compute,
+            {k: perf[k] for k in COMPUTE_METRICS},
+            {k: perf[k] for k in PEAK_METRICS if perf.get(k)},
+            seconds,
         )
 
 
@@ -217,6 +232,10 @@ def format_summary(result: LocalRun, cfg: PipelineConfig, result_name: str) -> s
             + ", ".join(f"{name} {value:.3f}" for name, value in baselines.items())
         )
     champ = result.champion
+    peaks = ", ".join(  # perf/<task>_peak_rss_gib -> <task>
+        f"{k.removeprefix('perf/').removesuffix('_peak_rss_gib')} {v:.1f}"
+        for k, v in result.peaks.items()
+    )
     lines += [
         f"champion: v{champ.version} ({champ.source})" if champ else "champion: none",
         *([test_line(cfg, result.test)] if result.test else []),
@@ -224,7 +243,9 @@ def format_summary(result: LocalRun, cfg: PipelineConfig, result_name: str) -> s
         + (f"  (local S3 data in {result.s3_data_dir})" if result.s3_data_dir else ""),
         f"task logs: {result.log}",
         f"compute {sum(result.compute.values()):.0f} s of {result.seconds:.0f} s wall "
-        f"(pipeline overhead {result.overhead:.2f})",
+        f"(pipeline overhead {result.overhead:.2f})"
+        + (f"; estimated ~{_clock(result.estimate)} at the start" if result.estimate else ""),
+        *([f"peak memory by task: {peaks} GiB"] if peaks else []),
         f"MLflow UI: {result.mlflow_ui}  (parent run {result.parent_run_id})",
     ]
     if result.test:

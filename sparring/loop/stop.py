@@ -22,6 +22,7 @@ class Stopped(BaseException):
     def __init__(self, signum: int) -> None:
         self.signal = signal.Signals(signum).name
         self.exit_code = 128 + signum
+        self.partial: str | None = None  # where the run's partial artifacts are, once it started
         super().__init__(f"stopped by {self.signal}")
 
 
@@ -46,13 +47,17 @@ def terminate_children(keep: set[int], grace: float = 10.0) -> None:
 @contextlib.contextmanager
 def stop_on_signals() -> Iterator[None]:
     """Within the block, SIGTERM and SIGINT terminate the child processes started in it (the
-    running task) and raise Stopped, once: a second signal during the cleanup is ignored.
-    Processes started before the block (the local services) are left to their owners."""
+    running task, or services still starting) and raise Stopped, once: after a signal both stay
+    ignored, in the block and after it, while the caller unwinds to exit. Processes started
+    before the block (the local services) are left to their owners."""
     import psutil
 
     services = {p.pid for p in psutil.Process().children()}
+    received = False
 
     def handler(signum: int, frame: object) -> None:
+        nonlocal received
+        received = True
         for sig in SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
         terminate_children(services)
@@ -62,5 +67,6 @@ def stop_on_signals() -> Iterator[None]:
     try:
         yield
     finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+        if not received:
+            for sig, old in previous.items():
+                signal.signal(sig, old)

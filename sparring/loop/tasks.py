@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import yaml
 
+from sparring import heap
 from sparring.loop import league, recent, reports, steps
 from sparring.loop.config import PipelineConfig
 from sparring.loop.io import log, run_uri, upload
@@ -58,6 +59,10 @@ if TYPE_CHECKING:
 # Compute-time metrics the tasks report; the rest of the wall time is pipeline overhead.
 PERF_EVAL = metric_name(PERF, "eval_seconds")
 COMPUTE_METRICS = ("perf/rollout_seconds", "perf/train_seconds", PERF_EVAL)
+# Each task's peak resident memory (`sparring.heap.PeakRSS`): warm_start, rollout, train, eval.
+PEAK_RSS = "perf/{}_peak_rss_gib"
+PEAK_EVAL = PEAK_RSS.format("eval")
+PEAK_METRICS = tuple(PEAK_RSS.format(t) for t in ("warm_start", "rollout", "train", "eval"))
 SCORES_FILE = "scores.json"  # an evaluation's champion metric per game (`game_scores`)
 # Final states of a successful pipeline: the KFP backend says COMPLETE (or CACHED); kfp.local
 # and Vertex say SUCCEEDED.
@@ -119,14 +124,18 @@ def initial_model(cfg: PipelineConfig, out_dir: str | Path) -> Path:
 def warm_start(
     cfg: PipelineConfig, model_dir: str, train_inits: str, out_dir: str | Path
 ) -> dict[str, float]:
-    """SFT `model_dir` on scripted self-play of `warm_start.num_states` train states."""
+    """SFT `model_dir` on scripted self-play of `warm_start.num_states` train states; its
+    metrics, also in the checkpoint's metrics.json."""
     ws = cfg.warm_start
     assert ws is not None and ws.agent is not None, "warm_start is off in this config"
     states = load_inits(train_inits, ws.num_states)
-    played = steps.warm_start(
-        model_dir, cfg.rollout, ws.agent, states, out_dir, ws.train, cfg.device
-    )
-    return played.metrics
+    with heap.PeakRSS() as peak:
+        played = steps.warm_start(
+            model_dir, cfg.rollout, ws.agent, states, out_dir, ws.train, cfg.device
+        )
+    metrics = played.metrics | {PEAK_RSS.format("warm_start"): peak.gib}
+    (Path(out_dir) / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
+    return metrics
 
 
 def iteration_plan(
@@ -185,7 +194,7 @@ def rollout(
         league.opponent_mix(cfg, n, iteration, run_name, schedule) if cfg.opponents.mixed else None
     )
     seats = sorted({name for row in mix.plan for name in row}) if mix else rcfg.seats
-    with tempfile.TemporaryDirectory(prefix="sparring-past-") as tmp:
+    with heap.PeakRSS() as peak, tempfile.TemporaryDirectory(prefix="sparring-past-") as tmp:
         past = league.past_models(cfg, run_name, iteration, model_dir, seats, tmp) if mix else {}
         policies = build_policies(
             cfg.game,
@@ -203,7 +212,7 @@ def rollout(
         played = steps.self_play(
             states, policies, rcfg, out_dir, mix.plan if mix else None, top_up=top_up
         )
-    stats = played.metrics
+    stats = played.metrics | {PEAK_RSS.format("rollout"): peak.gib}
     if mix:
         models = {name: uri for name, (uri, _) in past.items()}
         stats |= league.save_schedule(
@@ -239,11 +248,12 @@ def train(
         from sparring.tracking import PipelineRun
 
         on_step = PipelineRun.attach(parent_run_id, cfg.tracking).step_logger(iteration)
-    trained = steps.grpo_step(
-        model_dir, samples, out_dir, cfg.train, ref_model_dir, on_step, cfg.device,
-        optimizer_in, optimizer_out,
-    )  # fmt: skip
-    return trained.metrics
+    with heap.PeakRSS() as peak:
+        trained = steps.grpo_step(
+            model_dir, samples, out_dir, cfg.train, ref_model_dir, on_step, cfg.device,
+            optimizer_in, optimizer_out,
+        )  # fmt: skip
+    return trained.metrics | {PEAK_RSS.format("train"): peak.gib}
 
 
 def evaluate(
@@ -290,15 +300,17 @@ def _play_eval(
     from sparring.generation.hf import HFBackend
 
     batch = ecfg.rollout.max_batch_size
-    policy = HFBackend(model_dir, device=cfg.device, max_batch_size=batch)
-    previous = (
-        HFBackend(previous_dir, device=cfg.device, max_batch_size=batch)
-        if previous_dir and VS_PREVIOUS in ecfg.modes
-        else None
-    )
-    t0 = time.perf_counter()
-    metrics, episodes = run_eval(policy, inits, ecfg, previous, progress=False)
-    metrics[PERF_EVAL] = time.perf_counter() - t0
+    with heap.PeakRSS() as peak:
+        policy = HFBackend(model_dir, device=cfg.device, max_batch_size=batch)
+        previous = (
+            HFBackend(previous_dir, device=cfg.device, max_batch_size=batch)
+            if previous_dir and VS_PREVIOUS in ecfg.modes
+            else None
+        )
+        t0 = time.perf_counter()
+        metrics, episodes = run_eval(policy, inits, ecfg, previous, progress=False)
+        metrics[PERF_EVAL] = time.perf_counter() - t0
+    metrics[PEAK_RSS.format("eval")] = peak.gib
     return metrics, episodes
 
 
@@ -342,7 +354,7 @@ def evaluate_test(
     the paired `test/gain` with its standard error `test/gain_se`; beside them the game's baselines on
     the same states, `test/baseline/<name>` (with `_se`), and the final model's
     `test/gain_over_best_trivial` (paired over the states), and both evaluations' seconds
-    `perf/eval_seconds`. Written to test.json beside both models' scores, uploaded, and logged
+    `perf/eval_seconds` (and their peak memory). Written to test.json beside both models' scores, uploaded, and logged
     to the parent run at step `iteration` (the last)."""
     out, figures, scores, metrics = Path(out_dir), {PERF_EVAL: 0.0}, {}, {}
     for name, model in (("start", start_dir), ("final", final_dir)):
@@ -350,6 +362,7 @@ def evaluate_test(
         metrics, episodes = _play_eval(cfg, ecfg, model, start_dir, test_inits)
         figures[metric_name(TEST, name)] = metrics[cfg.champion_metric]
         figures[PERF_EVAL] += metrics[PERF_EVAL]
+        figures[PEAK_EVAL] = max(figures.get(PEAK_EVAL, 0.0), metrics[PEAK_EVAL])
         scores[name] = game_scores(episodes, cfg.champion_metric)
     gain, se = paired_gain(scores["start"], scores["final"])
     figures |= {metric_name(TEST, "gain"): gain, metric_name(TEST, "gain_se"): se}

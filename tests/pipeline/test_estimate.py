@@ -12,11 +12,14 @@ import pytest
 from sparring.cli.options import load_config
 from sparring.loop.config import CONFIG_DIR, DEFAULT_CONFIG, PipelineConfig
 from sparring.loop.estimate import (
-    REFERENCE_MATMUL,
+    COSTS,
+    Probe,
     estimate_here,
     estimate_seconds,
     eval_games,
     games_on_test,
+    probe,
+    work,
 )
 from sparring.loop.local import _Progress
 
@@ -104,13 +107,44 @@ def test_unmeasured_setups_get_no_estimate():
     assert estimate_seconds(cfg.model_copy(update={"device": "cuda"})) is None
 
 
-def test_a_slower_cpu_gets_a_proportionally_longer_estimate_from_its_own_probe():
+def test_a_machine_twice_as_slow_at_both_probes_doubles_all_but_the_per_task_share():
     cfg = config()
-    base = estimate_seconds(cfg)
-    assert estimate_seconds(cfg, REFERENCE_MATMUL / 2) == pytest.approx(2 * base)
-    seconds_here, matmul = estimate_here(cfg)
-    assert 1e9 < matmul < 1e13  # a CPU's fp32 matmul rate, measured here
-    assert seconds_here == pytest.approx(base * REFERENCE_MATMUL / matmul)
+    costs = COSTS[cfg.model]
+    ref, tasks = costs.reference, costs.task * work(cfg, costs.budget).tasks
+    slow = Probe(2 * ref.train, 2 * ref.decode)
+    assert estimate_seconds(cfg, slow) - tasks == pytest.approx(2 * (estimate_seconds(cfg) - tasks))
+
+
+def test_each_probe_scales_its_own_kind_of_work():
+    """A slower decode probe lengthens the games (rollout, eval), a slower update probe the
+    GRPO update: the cost of longer games grows only with the first, the saving of
+    `bypass_mode` (a share of the update) only with the second."""
+    ref = COSTS["tiny"].reference
+    slow_decode, slow_update = Probe(ref.train, 3 * ref.decode), Probe(3 * ref.train, ref.decode)
+
+    def longer_games(probe: Probe | None) -> float:
+        turns = [config(**{"game.params.max_turns": t}) for t in (8, 12)]
+        return estimate_seconds(turns[1], probe) - estimate_seconds(turns[0], probe)
+
+    def bypass_saving(probe: Probe | None) -> float:
+        on, off = config(), config(**{"train.bypass_mode": False})
+        return estimate_seconds(off, probe) - estimate_seconds(on, probe)
+
+    assert longer_games(slow_decode) == pytest.approx(3 * longer_games(None))
+    assert longer_games(slow_update) == pytest.approx(longer_games(None))
+    assert bypass_saving(slow_update) == pytest.approx(3 * bypass_saving(None))
+    assert bypass_saving(slow_decode) == pytest.approx(bypass_saving(None))
+
+
+def test_the_probe_times_the_models_own_work_here():
+    """Real passes of the tiny model: more rows take longer, and `estimate_here` scales the
+    costs by what it measured."""
+    small, large = probe("tiny", rows=1, seconds=0.2), probe("tiny", rows=16, seconds=0.2)
+    assert 0 < small.train < large.train and 0 < small.decode < large.decode
+    cfg = config()
+    seconds_here, here, ref = estimate_here(cfg)
+    assert ref == COSTS["tiny"].reference and here.train > 0 and here.decode > 0
+    assert seconds_here == estimate_seconds(cfg, here)
     assert estimate_here(cfg.model_copy(update={"device": "cuda"})) is None
 
 

@@ -1,5 +1,6 @@
 """`sparring run` stopped by a real SIGTERM: the local S3 server stops, the MLflow parent run is
-KILLED, the partial artifacts are named and the exit status is 128 + 15."""
+KILLED, the partial artifacts are named and the exit status is 128 + 15; a SIGTERM while the
+S3 server is still starting stops it too."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def test_sigterm_stops_the_services_and_kills_the_parent_run(tmp_path: Path, mlflow_db: str):
+def _start(tmp_path: Path, mlflow_db: str) -> tuple[subprocess.Popen, dict]:
+    """`sparring run` of a tiny config in a subprocess, its S3 server started by the run."""
     config = {
         "game": {"params": {"k": 3, "max_turns": 2}},
         "iterations": 2,
@@ -47,6 +49,11 @@ def test_sigterm_stops_the_services_and_kills_the_parent_run(tmp_path: Path, mlf
     proc = subprocess.Popen(
         command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
+    return proc, config
+
+
+def test_sigterm_stops_the_services_and_kills_the_parent_run(tmp_path: Path, mlflow_db: str):
+    proc, config = _start(tmp_path, mlflow_db)
     lines, port = [], None
     for line in proc.stdout:  # wait until the services are up and a task runs
         lines.append(line)
@@ -69,3 +76,20 @@ def test_sigterm_stops_the_services_and_kills_the_parent_run(tmp_path: Path, mlf
     cfg = PipelineConfig.model_validate(config)
     parent = runs.find_parent(cfg, connect(cfg.tracking), stored.group(1), tag=runs.RUN_TAG)
     assert parent.info.status == "KILLED"
+
+
+def test_sigterm_while_the_s3_server_starts_stops_it(tmp_path: Path, mlflow_db: str):
+    import psutil
+
+    proc, _ = _start(tmp_path, mlflow_db)
+    deadline, weed = time.monotonic() + 60, None
+    while weed is None and time.monotonic() < deadline:  # the server process, before it serves
+        kids = psutil.Process(proc.pid).children(recursive=True)
+        weed = next((p for p in kids if p.name() == "weed"), None)
+        time.sleep(0.05)
+    assert weed is not None, "the S3 server never started"
+    proc.send_signal(signal.SIGTERM)
+    out = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 128 + signal.SIGTERM, out
+    assert "stopped by SIGTERM outside the loop's tasks: the local services stopped" in out
+    weed.wait(timeout=10)  # raises psutil.TimeoutExpired if the server outlived the run

@@ -62,7 +62,11 @@ def test_two_iterations_end_to_end(s3_env, tiny_run):
         evals
     )
     assert 0 < result.overhead < 1
+    # each kind of task's peak memory, from the tasks' own processes (kfp.local's subprocesses)
+    assert {f"perf/{t}_peak_rss_gib" for t in ("rollout", "train", "eval")} <= set(result.peaks)
+    assert all(0.1 < gib < 64 for gib in result.peaks.values())  # a process that loaded torch
     summary = format_summary(result, cfg, "tiny")
+    assert "peak memory by task: rollout " in summary
     assert f"champion: v{best.version} ({best.source})" in summary and uris[1] in summary
     # the game's baselines on the same val states beside the table (matching's exact deals)
     assert "random-deal" in result.rows[-1]["baselines"]
