@@ -53,6 +53,8 @@ def command(config, model, iterations, games_per_iteration, run_name, workdir, k
     by SFT on scripted games, then self-play GRPO iterations), a local MLflow server and a
     local SeaweedFS S3 server (started on 127.0.0.1, stopped on exit). Set storage/tracking in
     the config (or the AWS_* / MLFLOW_TRACKING_URI variables) to use real services instead.
+    For the tiny model and SmolLM2-135M on CPU it first prints a time estimate, scaled to this
+    machine by a short probe of the model's own work; it ends with each task's peak memory.
     """
     from sparring.loop.config import DEFAULT_CONFIG, PipelineConfig
     from sparring.loop.local import format_summary, in_process, run_local
