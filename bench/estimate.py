@@ -5,10 +5,12 @@
     .venv/bin/python bench/estimate.py --config configs/pipeline-smollm2.yaml --set iterations=1
 
 Runs the config in-process as `sparring run` does, which first probes this machine with the
-model's own work and prints its estimate (`sparring.loop.estimate`). Then prints the
-measured compute by kind against the estimate's, the model's costs as this run measured them
-(`Costs(...)`, with this machine's probe as the reference: paste it into `COSTS` to refit),
-and last `RESULT estimate_over_wall <printed estimate / wall time>`.
+model's own work and prints its estimate (`sparring.loop.estimate`). Then prints this
+machine's probe against the reference, the seconds spent by kind (the warm start's SFT,
+rollouts, updates, evaluations, and the rest per task), each task's peak memory, the model's
+costs as this run measured them (`fitted: Costs(...)`, with this machine's probe as the
+reference: paste it into `COSTS` to refit), and last
+`RESULT estimate_over_wall <printed estimate / wall time>`.
 """
 
 from __future__ import annotations
