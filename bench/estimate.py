@@ -22,7 +22,7 @@ from pathlib import Path
 
 from sparring.cli.options import load_config, parse_params
 from sparring.loop.config import DEFAULT_CONFIG, PipelineConfig
-from sparring.loop.estimate import COSTS, Costs, estimate_here, work
+from sparring.loop.estimate import COSTS, Costs, work
 from sparring.loop.local import run_local
 
 
@@ -42,11 +42,11 @@ def main() -> None:
     )
     if cfg.model not in COSTS:
         ap.error(f"no measured costs for model {cfg.model!r}: the estimate covers {sorted(COSTS)}")
-    _, here, _ = estimate_here(cfg)  # the probe the run will take, idle: the fit's reference
     with tempfile.TemporaryDirectory(prefix="sparring-bench-") as workdir:
         run = run_local(cfg, workdir)
         warm = Path(workdir) / run.run_name / "work" / "warm" / "metrics.json"
         sft = json.loads(warm.read_text())["perf/train_seconds"] if cfg.warm_start else 0.0
+    estimate, here, _ = run.estimate  # the run's own probe: the fit's reference
     old, w = COSTS[cfg.model], work(cfg, COSTS[cfg.model].budget)
     spent = {
         "sft": sft,
@@ -70,8 +70,8 @@ def main() -> None:
         print(f"{kind:>8}: {seconds:7.1f} s measured")
     print("peak memory by task: " + ", ".join(f"{k} {v:.2f} GiB" for k, v in run.peaks.items()))
     print(f"fitted: {fitted}")
-    print(f"estimated {run.estimate:.0f} s at the start, wall {run.seconds:.0f} s")
-    print(f"RESULT estimate_over_wall {run.estimate / run.seconds:.3f}")
+    print(f"estimated {estimate:.0f} s at the start, wall {run.seconds:.0f} s")
+    print(f"RESULT estimate_over_wall {estimate / run.seconds:.3f}")
 
 
 if __name__ == "__main__":

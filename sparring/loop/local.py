@@ -56,12 +56,9 @@ class LocalRun(NamedTuple):
     log: Path
     seconds: float  # wall time of the whole run, services included
     compute: dict[str, float]  # perf/*_seconds summed over the warm start, evaluations, updates
-    peaks: dict[
-        str, float
-    ]  # each task kind's peak memory in GiB (sparring.loop.tasks.PEAK_METRICS)
-    estimate: float | None = (
-        None  # the wall seconds estimated at the start (sparring.loop.estimate)
-    )
+    peaks: dict[str, float]  # each task kind's peak memory in GiB (tasks.PEAK_METRICS)
+    # What `estimate_here` gave at the start: (seconds, this machine's probe, the reference's)
+    estimate: tuple[float, Any, Any] | None = None
 
     @property
     def overhead(self) -> float:
@@ -194,7 +191,7 @@ def run_local(
             time.perf_counter() - t0,
             {k: perf[k] for k in COMPUTE_METRICS},
             {k: perf[k] for k in PEAK_METRICS if perf.get(k)},
-            seconds,
+            estimate,
         )
 
 
@@ -244,7 +241,7 @@ def format_summary(result: LocalRun, cfg: PipelineConfig, result_name: str) -> s
         f"task logs: {result.log}",
         f"compute {sum(result.compute.values()):.0f} s of {result.seconds:.0f} s wall "
         f"(pipeline overhead {result.overhead:.2f})"
-        + (f"; estimated ~{_clock(result.estimate)} at the start" if result.estimate else ""),
+        + (f"; estimated ~{_clock(result.estimate[0])} at the start" if result.estimate else ""),
         *([f"peak memory by task: {peaks} GiB"] if peaks else []),
         f"MLflow UI: {result.mlflow_ui}  (parent run {result.parent_run_id})",
     ]
