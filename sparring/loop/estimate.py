@@ -53,7 +53,8 @@ class Costs(NamedTuple):
     reference: Probe  # the probe on the machine where the costs were measured
 
 
-# Fitted by bench/estimate.py; the references are the probes of those runs.
+# Fitted by bench/estimate.py; the references are the probes of those runs (SmolLM2's probed again
+# on that machine once the probe bounded the heap as the tasks do).
 COSTS = {
     "tiny": Costs(
         sft=0.0569,
@@ -73,7 +74,7 @@ COSTS = {
         task=2.5,
         budget=48 * 6,
         rows=1,
-        reference=Probe(train=0.727, decode=1.744),
+        reference=Probe(train=0.875, decode=1.76),  # ten probes there, bounded: median
     ),
 }
 
@@ -152,12 +153,16 @@ def probe(model: str, rows: int, seconds: float = 1.0) -> Probe:
     whole probe to slow it): a forward and backward pass of `rows` x PROBE_TOKENS random tokens, and
     prefilling 4 x `rows` x PROBE_TOKENS tokens then decoding 16 more with the KV cache (what
     the rollout engine does, on the larger batches of many games; a game's first prompt is
-    longer still, ~300 tokens for matching)."""
+    longer still, ~300 tokens for matching). The C heap is bounded for a large model as the
+    engine and the trainer bound it (`sparring.heap.bound_for`): unbounded, SmolLM2's forward
+    and backward read .72 s in some processes and .85-.94 s in others on one machine, the
+    blocks landing on the heap or in fresh mappings by the process's history; bounded, .86-.90
+    s in every one."""
     import torch
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging
 
-    from sparring import model_zoo
+    from sparring import heap, model_zoo
 
     logging.disable_progress_bar()  # loading bars would precede the estimate
     try:
@@ -165,6 +170,7 @@ def probe(model: str, rows: int, seconds: float = 1.0) -> Probe:
         net = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     finally:
         logging.enable_progress_bar()
+    heap.bound_for(sum(p.numel() for p in net.parameters()))  # the tasks' heap, as they set it
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(net.config.vocab_size, (rows, PROBE_TOKENS), generator=gen)
     prompts = torch.randint(net.config.vocab_size, (4 * rows, PROBE_TOKENS), generator=gen)

@@ -121,6 +121,7 @@ def initial_model(cfg: PipelineConfig, out_dir: str | Path) -> Path:
     return out
 
 
+@heap.releases_memory
 def warm_start(
     cfg: PipelineConfig, model_dir: str, train_inits: str, out_dir: str | Path
 ) -> dict[str, float]:
@@ -169,6 +170,7 @@ def topup_states(
     return spare
 
 
+@heap.releases_memory
 def rollout(
     cfg: PipelineConfig,
     model_dir: str,
@@ -227,6 +229,7 @@ def rollout(
     return stats
 
 
+@heap.releases_memory
 def train(
     cfg: PipelineConfig,
     model_dir: str,
@@ -291,6 +294,7 @@ def evaluate(
     return metrics, reports.eval_report(metrics, paths["plot"], paths["transcripts"], iteration)
 
 
+@heap.releases_memory
 def _play_eval(
     cfg: PipelineConfig, ecfg: Any, model_dir: str, previous_dir: str | None, inits: str
 ) -> tuple[dict[str, float], dict[str, list]]:

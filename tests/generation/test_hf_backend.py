@@ -250,6 +250,20 @@ def test_shared_prefixes_are_prefilled_once(sharp_model, tokenizer, reference):
     assert unshared.prefilled_tokens == sum(map(len, prompts))
 
 
+def test_a_session_s_cache_is_one_allocation_of_its_size(sharp_model, tokenizer):
+    """Each session's keys and values, every layer, are views of one block of exactly their
+    size: one mapping, returned to the system when the session ends (`sparring.heap`)."""
+    backend = HFBackend(sharp_model, device="cpu")
+    backend.generate([_chat(tokenizer, "Orders?"), _chat(tokenizer, "Press?")], GREEDY, ["a", "b"])
+    blocks = set()
+    for ids, kv in backend._sessions.values():
+        storages = {t.untyped_storage() for pair in kv for t in pair}
+        assert len({s.data_ptr() for s in storages}) == 1
+        assert storages.pop().nbytes() == backend.token_bytes * len(ids)
+        blocks.add(kv[0][0].untyped_storage().data_ptr())
+    assert len(blocks) == 2
+
+
 def test_the_session_cache_is_capped_in_bytes(sharp_model, tokenizer, reference):
     """Past `max_cached_bytes` of keys and values, sessions keep the prefixes that fit: a
     rollout visiting every session each turn (a cycle, where least-recently-used eviction
