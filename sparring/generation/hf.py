@@ -93,8 +93,9 @@ class HFBackend(GenerationBackend):
         self.key_cost = _key_cost(self.model, self.num_params)
         """One cached key's attention FLOPs over one token's projection FLOPs (`_groups`)."""
         self.max_cached_tokens = max_cached_bytes // self.token_bytes
-        """Cap on tokens kept across sessions (`max_cached_bytes` of keys and values: 186k
-        tokens for SmolLM2-135M in fp32); see `_store` for what happens at the cap."""
+        """Cap on the tokens whose keys and values the engine holds at once, the sessions' and
+        the decode batch's cache together (`max_cached_bytes`: 186k tokens for SmolLM2-135M
+        in fp32); see `_store` for what happens at the cap."""
         self.prefill_tokens = prefill_tokens or (4096 if self.device.type == "cpu" else 65536)
         """Padded tokens per prefill forward (see `_prefill`)."""
         self.min_shared_prefix = min_shared_prefix
@@ -213,6 +214,7 @@ class HFBackend(GenerationBackend):
         lens = [len(p) for p in prompts]
         lmax = max(lens)
         cache = self._batch_cache(kvs, lens, lmax, params.max_new_tokens)
+        del kvs, cached  # copied into `cache`: freed before the decode's peak, not after it
         mask = torch.zeros(b, lmax, dtype=torch.long, device=dev)  # (B, Lmax), left-padded
         for i, n in enumerate(lens):
             mask[i, lmax - n :] = 1
@@ -395,12 +397,14 @@ class HFBackend(GenerationBackend):
         `alive` maps cache rows to batch rows): each row's prompt (left-padded to `lmax`) plus
         its generated tokens (`rows`, per batch row) fed back, one contiguous span.
 
-        An entry grows only while the cache has room (`max_cached_tokens`); otherwise the
-        session keeps its older, shorter prefix, and a new session goes uncached until
-        finished sessions are released. A rollout visits every live session once per step, a
-        cycle: evicting the least recently used entry would make every visit a miss once the
-        sessions outgrow the cache, while this keeps the entries that fit warm."""
+        An entry grows only while the sessions and the decode batch's cache (its live rows at
+        full length) fit in `max_cached_tokens`; otherwise the session keeps its older, shorter
+        prefix, and a new session goes uncached until finished sessions are released. A
+        rollout visits every live session once per step, a cycle: evicting the least recently
+        used entry would make every visit a miss once the sessions outgrow the cache, while
+        this keeps the entries that fit warm. A batch larger than the cap alone still runs."""
         held = sum(len(ids) for ids, _ in self._sessions.values())
+        held += len(alive) * cache.get_max_cache_shape()  # the batch's cache, every row full
         for i in which.nonzero()[:, 0].tolist():
             j = int(alive[i])
             session, prompt = sessions[j], prompts[j]

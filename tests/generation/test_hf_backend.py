@@ -265,9 +265,10 @@ def test_a_session_s_cache_is_one_allocation_of_its_size(sharp_model, tokenizer)
 
 
 def test_the_session_cache_is_capped_in_bytes(sharp_model, tokenizer, reference):
-    """Past `max_cached_bytes` of keys and values, sessions keep the prefixes that fit: a
-    rollout visiting every session each turn (a cycle, where least-recently-used eviction
-    would miss every time) still reuses cached turns, and no token changes."""
+    """Past `max_cached_bytes` of keys and values, the sessions' and the decode batch's
+    together, sessions keep the prefixes that fit: a rollout visiting every session each turn
+    (a cycle, where least-recently-used eviction would miss every time) still reuses cached
+    turns, and no token changes."""
     firsts = ["Orders?", "Spring 1901. A PAR, A MAR, F BRE. " * 4, "Press?", "Centers?"]
     sessions = [f"game/{i}" for i in range(len(firsts))]
     turn1 = [_chat(tokenizer, text) for text in firsts]
@@ -276,12 +277,25 @@ def test_the_session_cache_is_capped_in_bytes(sharp_model, tokenizer, reference)
     ids, kv = full._sessions[sessions[-1]]
     assert full.token_bytes == sum(k.nbytes + v.nbytes for k, v in kv) // len(ids)
     lengths = [len(ids) for ids, _ in full._sessions.values()]
-    room = lengths[0] + lengths[1] + 2  # the first two sessions fit, with room to grow a little
-    small = HFBackend(sharp_model, device="cpu", max_cached_bytes=room * full.token_bytes)
+    batch = len(turn1) * (max(map(len, turn1)) + GREEDY.max_new_tokens)  # turn 1's decode cache
+    cap = batch + lengths[0] + lengths[1] + 2  # beside it, two sessions, with a little room
+    small = HFBackend(sharp_model, device="cpu", max_cached_bytes=cap * full.token_bytes)
+    grown = []  # after each store that grew the sessions: their tokens and the batch cache's
+
+    def session_tokens() -> int:
+        return sum(len(ids) for ids, _ in small._sessions.values())
+
+    def store(sessions, prompts, rows, cache, lmax, alive, which, _store=small._store):
+        before = session_tokens()
+        _store(sessions, prompts, rows, cache, lmax, alive, which)
+        if session_tokens() > before:
+            grown.append(session_tokens() + len(alive) * cache.get_max_cache_shape())
+
+    small._store = store
     replies = [c.text for c in small.generate(turn1, GREEDY, sessions)]
-    assert list(small._sessions) == sessions[:2]
-    warm = len(turn1[0]) + len(turn1[1])  # what the two cached sessions reuse, at least
-    for turn in range(2, 4):  # two more turns: the first two sessions stay warm, capped
+    assert 0 < len(small._sessions) < len(sessions)  # the cap binds
+    warm = sum(len(p) for p, s in zip(turn1, sessions) if s in small._sessions)  # reused, at least
+    for turn in range(2, 4):  # two more turns: the cached sessions stay warm, capped
         turn1 = [
             _chat(tokenizer, text, reply, f"Turn {turn}. Orders, one per line:")
             for text, reply in zip(firsts, replies, strict=True)
@@ -290,5 +304,13 @@ def test_the_session_cache_is_capped_in_bytes(sharp_model, tokenizer, reference)
         completions = small.generate(turn1, GREEDY, sessions)
         assert [c.token_ids for c in completions] == [reference(p) for p in turn1]
         assert small.reused_tokens - before >= warm
-        assert sum(len(ids) for ids, _ in small._sessions.values()) <= room
         replies = [c.text for c in completions]
+    assert grown and max(grown) <= cap
+
+
+def test_a_decode_batch_over_the_cap_still_runs_and_caches_nothing(sharp_model, tokenizer, reference):
+    prompts = [_chat(tokenizer, text) for text in ("Orders?", "Press?")]
+    tight = HFBackend(sharp_model, device="cpu", max_cached_bytes=1)
+    got = [c.token_ids for c in tight.generate(prompts, GREEDY, ["a", "b"])]
+    assert got == [reference(p) for p in prompts]
+    assert tight._sessions == {}
