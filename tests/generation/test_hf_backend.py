@@ -294,7 +294,8 @@ def test_the_session_cache_is_capped_in_bytes(sharp_model, tokenizer, reference)
     small._store = store
     replies = [c.text for c in small.generate(turn1, GREEDY, sessions)]
     assert 0 < len(small._sessions) < len(sessions)  # the cap binds
-    warm = sum(len(p) for p, s in zip(turn1, sessions) if s in small._sessions)  # reused, at least
+    cached = [p for p, s in zip(turn1, sessions, strict=True) if s in small._sessions]
+    warm = sum(map(len, cached))  # what the cached sessions reuse, at least
     for turn in range(2, 4):  # two more turns: the cached sessions stay warm, capped
         turn1 = [
             _chat(tokenizer, text, reply, f"Turn {turn}. Orders, one per line:")
@@ -308,7 +309,9 @@ def test_the_session_cache_is_capped_in_bytes(sharp_model, tokenizer, reference)
     assert grown and max(grown) <= cap
 
 
-def test_a_decode_batch_over_the_cap_still_runs_and_caches_nothing(sharp_model, tokenizer, reference):
+def test_a_decode_batch_over_the_cap_still_runs_and_caches_nothing(
+    sharp_model, tokenizer, reference
+):
     prompts = [_chat(tokenizer, text) for text in ("Orders?", "Press?")]
     tight = HFBackend(sharp_model, device="cpu", max_cached_bytes=1)
     got = [c.token_ids for c in tight.generate(prompts, GREEDY, ["a", "b"])]
