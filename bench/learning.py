@@ -16,7 +16,7 @@ rollout's sampling seed moves by 1000 per seed, GRPO and SFT take the seed; the 
 evaluation's draws stay the same, so the gains of two seeds are comparable), plus what a
 measurement needs: the start model (after the warm start) is evaluated before any update
 (`evaluate_start`), files stay in `--out` (no S3) and nothing is tracked (no MLflow). Prints
-each evaluation as it finishes, writes learning.json and learning.png (with the game's
+each evaluation as it finishes (with each task's peak memory, `perf/<task>_peak_rss_gib`), writes learning.json and learning.png (with the game's
 baselines on the val states); with test states (`game_init.num_test`) it prints the test
 figures per seed with their mean and standard error across seeds beside the evaluation's
 (`sparring run --seeds` prints the same table). Prints `RESULT learning_gain <mean over seeds
@@ -75,6 +75,7 @@ from sparring.loop.config import CONFIG_DIR, DEFAULT_CONFIG, PipelineConfig
 from sparring.loop.control import compare, control_config, final_difference, format_comparison
 from sparring.loop.replicates import TRIVIAL, Replicate, format_replicates, seeded, summarize
 from sparring.loop.runner import Iteration, LoopResult, run_loop
+from sparring.loop.tasks import PEAK_METRICS
 from sparring.stats import mean_se, paired_gain
 
 # What a row prints beside the champion metric (those present).
@@ -86,6 +87,7 @@ SHOWN = (
     "train/no_signal",
     "train/optimizer_steps",
     "train/mismatch_kl",
+    *PEAK_METRICS,  # each task's peak memory (GiB): where a run's memory goes, by phase
 )
 T1 = "t1"  # --t1-arm's name
 # The test figures' RESULT lines (each with a `_se_seeds` twin): the final model's reward, its

@@ -279,6 +279,8 @@ def test_learning_bench_runs_the_product_loop_per_training_seed(bench, tiny_mode
     for curve in curves.values():
         assert [row["iteration"] for row in curve] == [-1, 0]  # the start, then iteration 0
         assert all(set(row["baselines"]) == baselines for row in curve)  # drawn in the plot
+        peaks = [curve[-1].get(f"perf/{task}_peak_rss_gib", 0) for task in ("rollout", "train")]
+        assert min(peaks + [curve[0].get("perf/eval_peak_rss_gib", 0)]) > 0.1  # memory by phase
     gains = [gain for gain, _ in saved["gains"].values()]
     assert list(results)[0] == "learning_gain"
     assert results["learning_gain"] == pytest.approx(sum(gains) / 2, abs=5e-4)

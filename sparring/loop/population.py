@@ -44,7 +44,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sparring import storage
+from sparring import heap, storage
 from sparring.loop import checkpoints, league, steps, tasks
 from sparring.loop.config import PipelineConfig
 from sparring.loop.io import log, run_uri, upload
@@ -125,6 +125,7 @@ def start_members(
     return members
 
 
+@heap.releases_memory
 def rollout(
     cfg: PipelineConfig,
     members: dict[str, str],
