@@ -16,8 +16,8 @@ rollout's sampling seed moves by 1000 per seed, GRPO and SFT take the seed; the 
 evaluation's draws stay the same, so the gains of two seeds are comparable), plus what a
 measurement needs: the start model (after the warm start) is evaluated before any update
 (`evaluate_start`), files stay in `--out` (no S3) and nothing is tracked (no MLflow). Prints
-each evaluation as it finishes (with each task's peak memory, `perf/<task>_peak_rss_gib`), writes learning.json and learning.png (with the game's
-baselines on the val states); with test states (`game_init.num_test`) it prints the test
+each evaluation as it finishes (with each task's peak memory, `perf/<task>_peak_rss_gib`),
+writes learning.json and learning.png (with the game's baselines on the val states); with test states (`game_init.num_test`) it prints the test
 figures per seed with their mean and standard error across seeds beside the evaluation's
 (`sparring run --seeds` prints the same table). Prints `RESULT learning_gain <mean over seeds
 of the paired gain>`: each val game's champion metric at the last iteration minus at the

@@ -66,20 +66,18 @@ def _keep_loop_inputs() -> None:
 
 
 def perf_totals(job_dir: Path) -> dict[str, float]:
-    """`perf/{rollout,train,eval}_seconds` summed and each task kind's peak memory
-    (`tasks.PEAK_METRICS`) maxed over the output artifacts of every task of one kfp.local job
-    (the warm start's SFT counts as train)."""
-    from sparring.loop.tasks import COMPUTE_METRICS, PEAK_METRICS
+    """`tasks.perf_totals` over the output artifacts of every task of one kfp.local job (the
+    warm start's SFT counts as train)."""
+    from sparring.loop import tasks
 
-    totals = dict.fromkeys(COMPUTE_METRICS + PEAK_METRICS, 0.0)
-    for out in job_dir.glob("*/executor_output.json"):
-        for artifact in json.loads(out.read_text()).get("artifacts", {}).values():
-            for metadata in (a.get("metadata", {}) for a in artifact["artifacts"]):
-                for key in COMPUTE_METRICS:
-                    totals[key] += float(metadata.get(key, 0.0))
-                for key in PEAK_METRICS:
-                    totals[key] = max(totals[key], float(metadata.get(key, 0.0)))
-    return totals
+    return tasks.perf_totals(
+        [
+            a.get("metadata", {})
+            for out in job_dir.glob("*/executor_output.json")
+            for artifact in json.loads(out.read_text()).get("artifacts", {}).values()
+            for a in artifact["artifacts"]
+        ]
+    )
 
 
 def failed_task_log(log: str, lines: int = 40) -> str:

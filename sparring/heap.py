@@ -66,12 +66,12 @@ def bound(threshold: int = THRESHOLD) -> bool:
     return bool(libc.mallopt(M_MMAP_THRESHOLD, threshold))
 
 
-def release() -> bool:
+def release() -> None:
     """Collect Python's reference cycles (a model's modules hold some), then hand the C heap's
-    free pages back to the system (glibc `malloc_trim(0)`). False off glibc."""
+    free pages back to the system (glibc `malloc_trim(0)`; nothing more off glibc)."""
     gc.collect()
-    libc = _libc()
-    return libc is not None and bool(libc.malloc_trim(0))
+    if (libc := _libc()) is not None:
+        libc.malloc_trim(0)
 
 
 def releases_memory(task: Callable[P, R]) -> Callable[P, R]:

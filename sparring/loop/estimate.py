@@ -74,7 +74,7 @@ COSTS = {
         task=2.5,
         budget=48 * 6,
         rows=1,
-        reference=Probe(train=0.875, decode=1.76),  # ten probes there, bounded: median
+        reference=Probe(train=0.875, decode=1.76),  # about the median of bounded probes there
     ),
 }
 

@@ -105,22 +105,21 @@ def _clock(seconds: float) -> str:
 
 Engine = Callable[[PipelineConfig, Path], dict[str, float]]
 """Runs the loop of a config whose services are up, under a work folder; returns the
-`perf/*_seconds` it spent and each task kind's peak memory (the in-process `in_process`, or pipelines/local.py's `run_kfp`)."""
+`perf/*_seconds` it spent and each task kind's peak memory (`tasks.perf_totals`): the
+in-process `in_process`, or pipelines/local.py's `run_kfp`."""
 
 
 def in_process(cfg: PipelineConfig, workdir: Path) -> dict[str, float]:
     """The loop in this process (`sparring.loop.runner.run_loop`)."""
     from sparring.loop.runner import run_loop
-    from sparring.loop.tasks import COMPUTE_METRICS, PEAK_METRICS
+    from sparring.loop.tasks import perf_totals
 
     work = workdir / cfg.run_name / "work"
     result = run_loop(cfg, work)
     warm = work / "warm" / "metrics.json"  # the warm start's SFT counts as train, as on kfp
     reports = [it.metrics for it in [result.start, *result.iterations] if it] + [result.test]
     reports += [json.loads(warm.read_text())] if cfg.warm_start else []
-    return {k: sum(m.get(k, 0.0) for m in reports) for k in COMPUTE_METRICS} | {
-        k: max(m.get(k, 0.0) for m in reports) for k in PEAK_METRICS
-    }
+    return perf_totals(reports)
 
 
 def run_local(

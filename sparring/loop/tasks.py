@@ -69,6 +69,14 @@ SCORES_FILE = "scores.json"  # an evaluation's champion metric per game (`game_s
 SUCCESS_STATES = ("COMPLETE", "CACHED", "SUCCEEDED")
 
 
+def perf_totals(reports: list[dict[str, Any]]) -> dict[str, float]:
+    """The tasks' `COMPUTE_METRICS` summed and their `PEAK_METRICS` maxed over `reports` (each
+    task's metrics; 0 where a report lacks one): what a whole run spent and peaked at."""
+    return {k: sum(float(m.get(k, 0.0)) for m in reports) for k in COMPUTE_METRICS} | {
+        k: max((float(m.get(k, 0.0)) for m in reports), default=0.0) for k in PEAK_METRICS
+    }
+
+
 def start(cfg: PipelineConfig, job_id: str, job_name: str = "") -> tuple[str, str]:
     """Store the config under `<root>/<run>/config` (which checks S3), close stale parent runs
     of this pipeline and open the MLflow parent run (which checks MLflow), once per KFP run: a
