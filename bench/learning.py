@@ -17,8 +17,10 @@ evaluation's draws stay the same, so the gains of two seeds are comparable), plu
 measurement needs: the start model (after the warm start) is evaluated before any update
 (`evaluate_start`), files stay in `--out` (no S3) and nothing is tracked (no MLflow). Prints
 each evaluation as it finishes (with each task's peak memory, `perf/<task>_peak_rss_gib`),
-writes learning.json and learning.png (with the game's baselines on the val states); with test states (`game_init.num_test`) it prints the test
-figures per seed with their mean and standard error across seeds beside the evaluation's
+writes learning.json and learning.png (with the game's baselines on the val states); with test
+states (`game_init.num_test`) it writes transcripts.md (the val games the start's and the last
+evaluation kept, for the best and the worst seed by test gain), and prints the test figures per
+seed with their mean and standard error across seeds beside the evaluation's
 (`sparring run --seeds` prints the same table). Prints `RESULT learning_gain <mean over seeds
 of the paired gain>`: each val game's champion metric at the last iteration minus at the
 start, paired game by game (learning.json keeps every game's); with test states then
@@ -66,6 +68,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from unittest import mock
 
+import click
 import numpy as np
 import torch
 
@@ -235,7 +238,7 @@ def gathered(folders: list[Path]) -> dict:
             for seed, curve in curves.items():
                 arms.setdefault(arm, {})[int(seed)] = curve
                 where[arm, int(seed)] = folder
-    gains, replicates, versus = {}, [], {}
+    gains, replicates, versus, runs = {}, [], {}, {}
     arm_versus: dict[str, dict[int, tuple[float, float]]] = {a: {} for a in summary["arm_sets"]}
     for seed, curve in sorted(arms.get("recipe", {}).items()):
         gains[seed] = paired_gain(curve[0]["val_scores"], curve[-1]["val_scores"])
@@ -243,12 +246,13 @@ def gathered(folders: list[Path]) -> dict:
         if (figures := tested(recipe)) is None:
             continue
         replicates.append(Replicate(seed, recipe.name, figures))
+        runs[seed] = str(recipe)
         if tested(control := arm_run(where, "sft", seed, recipe)) is not None:
             versus[seed] = compare(recipe, control)
         for name, per_seed in arm_versus.items():
             if tested(other := arm_run(where, name, seed, recipe)) is not None:
                 per_seed[seed] = final_difference(other, recipe)
-    summary |= {"arms": arms, "gains": gains, "versus_recipe": arm_versus}
+    summary |= {"arms": arms, "gains": gains, "versus_recipe": arm_versus, "runs": runs}
     if replicates:
         summary["test"] = summarize(replicates)
     if versus:
@@ -256,8 +260,42 @@ def gathered(folders: list[Path]) -> dict:
     return summary
 
 
+def turn_line(turn: dict) -> str:
+    """One reply of a kept transcript on one line, a rejected one with the game's error."""
+    text = " | ".join(line.strip() for line in turn["text"].splitlines() if line.strip())
+    rejected = "" if turn["ok"] else f" (rejected: {turn['error']})"
+    return f"seat {turn['seat']}{rejected}: {text}"
+
+
+def transcripts(summary: dict) -> str | None:
+    """The val games each evaluation kept (its transcripts.json) for the best and the worst
+    training seed by test gain, at the start and after the last iteration, as Markdown; None
+    without a seed that reached its test step."""
+    tested_seeds = summary.get("test", {}).get("seeds", {})
+    if not tested_seeds:
+        return None
+    order = sorted(tested_seeds, key=lambda seed: tested_seeds[seed]["test/gain"])
+    picks = [("best", order[-1])] + ([("worst", order[0])] if len(order) > 1 else [])
+    lines = [f"# What the model says: {summary['title']}", ""]
+    gains = [f"{seed} ({tested_seeds[seed]['test/gain']:+.3f})" for seed in order]
+    lines += [f"Training seeds by test gain (final - start): {', '.join(gains)}.", ""]
+    for label, seed in picks:
+        curve = summary["arms"]["recipe"][seed]
+        for row in (curve[0], curve[-1]):
+            when = "the start" if row is curve[0] else f"after iteration {row['iteration']}"
+            lines += [f"## The {label} seed ({seed}), {when}", ""]
+            kept = Path(summary["runs"][seed]) / str(row["iteration"]) / "eval" / "transcripts.json"
+            for games in json.loads(kept.read_text()).values():
+                for game in games:
+                    rewards = ", ".join(f"{r:.2f}" for r in game["rewards"])
+                    lines += [f"**{game['game_id']}**, rewards {rewards}", "", "```text"]
+                    lines += [*map(turn_line, game["transcript"]), "```", ""]
+    return "\n".join(lines)
+
+
 def report(summary: dict, out: Path) -> None:
-    """Print the summary's tables and RESULT lines; write learning.json and learning.png."""
+    """Print the summary's tables and RESULT lines; write learning.json, learning.png and
+    transcripts.md (the best and the worst seed's kept games)."""
     out.mkdir(parents=True, exist_ok=True)
     if "test" in summary:
         print(format_replicates(summary["test"], summary["metric"]))
@@ -267,6 +305,8 @@ def report(summary: dict, out: Path) -> None:
         print(format_arm(name, summary["arm_sets"][name], per_seed))
     (out / "learning.json").write_text(json.dumps(summary))
     plot(summary["arms"], out / "learning.png", summary["title"])
+    if said := transcripts(summary):
+        (out / "transcripts.md").write_text(said)
     if not (values := [g for g, _ in summary["gains"].values()]):
         print(f"no GRPO run to report (merge it with its recipe's folders); plot in {out}")
         return
@@ -324,7 +364,15 @@ def main() -> None:
     if args.merge:
         report(gathered([Path(f) for f in args.merge]), out)
         return
-    base = load_config(PipelineConfig, args.config, parse_params(tuple(args.set)))
+    try:
+        base = load_config(PipelineConfig, args.config, parse_params(tuple(args.set)))
+    except click.UsageError as e:
+        ap.error(e.format_message())
+    for name, *sets in args.arm:  # each arm's settings checked now, not after the recipe's run
+        try:
+            arm_config(args, base, args.seeds[0], name, sets, out)
+        except click.UsageError as e:
+            ap.error(f"--arm {name}: {e.format_message()}")
     if args.control and base.sft_control:
         ap.error("--control: the config is already an SFT control (sft_control is set)")
     if (args.control or args.arm) and not base.game_init.num_test:

@@ -121,10 +121,14 @@ class Bench:
     def __init__(self, zygote) -> None:
         self.zygote = zygote
 
+    def run(self, script: str, *args: str) -> tuple[int, str, str]:
+        """Its exit code, stdout and stderr."""
+        path = Path(__file__).resolve().parents[1] / "bench" / script
+        return self.zygote.run_script(str(path), list(args), dict(os.environ))
+
     def output(self, script: str, *args: str) -> list[str]:
         """Its stdout lines (it must exit 0)."""
-        path = Path(__file__).resolve().parents[1] / "bench" / script
-        code, out, err = self.zygote.run_script(str(path), list(args), dict(os.environ))
+        code, out, err = self.run(script, *args)
         assert code == 0, f"bench/{script} exited with {code}:\n{err[-4000:]}"
         return out.strip().splitlines()
 

@@ -294,6 +294,18 @@ def test_learning_bench_runs_the_product_loop_per_training_seed(bench, tiny_mode
     assert (tmp_path / "learning.png").stat().st_size > 1000
     test = saved["test"]  # both seeds' test gains, their mean and its s.e. across the two
     seeds = [test["seeds"][s]["test/gain"] for s in ("0", "1")]
+    # transcripts.md: the best seed's kept val games at the start and the end, then the worst's
+    said = (tmp_path / "transcripts.md").read_text()
+    best, worst = ("0", "1") if seeds[0] > seeds[1] else ("1", "0")
+    heads = [line for line in said.splitlines() if line.startswith("## ")]
+    assert heads == [
+        f"## The best seed ({best}), the start", f"## The best seed ({best}), after iteration 0",
+        f"## The worst seed ({worst}), the start", f"## The worst seed ({worst}), after iteration 0",
+    ]  # fmt: skip
+    kept = json.loads((tmp_path / f"seed-{best}" / "-1" / "eval" / "transcripts.json").read_text())
+    first = kept["selfplay"][0]
+    assert f"**{first['game_id']}**" in said
+    assert all(word in said for turn in first["transcript"] for word in turn["text"].split()[:1])
     assert test["mean"]["test/gain"] == pytest.approx(sum(seeds) / 2)
     assert test["se_seeds"]["test/gain"] == pytest.approx(abs(seeds[0] - seeds[1]) / 2)
     margins = [test["seeds"][s]["test/gain_over_best_trivial"] for s in ("0", "1")]
@@ -322,6 +334,20 @@ def test_learning_bench_runs_the_product_loop_per_training_seed(bench, tiny_mode
         line.split() for line in printed.getvalue().splitlines() if line.startswith("RESULT ")
     ]
     assert {name: float(value) for _, name, value in merged} == results
+
+
+def test_learning_bench_checks_every_arm_before_it_runs_anything(bench, tmp_path):
+    """An arm whose settings the recipe rejects (CPU bf16 with `bypass_mode`, which the
+    make-run config sets) stops the bench at once, naming the arm and what to change, before
+    the recipe's run: not after it, as it did."""
+    code, out, err = bench.run(
+        "learning.py", "--arm", "ok", "train.lr=1e-4", "--arm", "bf16", "train.cpu_bf16=true",
+        "--out", str(tmp_path),
+    )  # fmt: skip
+    assert code == 2, err
+    assert "--arm bf16: invalid PipelineConfig" in err and "bypass_mode: false" in err
+    assert "--arm ok" not in err
+    assert list(tmp_path.iterdir()) == []  # no run started
 
 
 def test_estimate_bench_fits_the_costs_of_the_run_it_times(bench):
