@@ -158,10 +158,13 @@ def plot(arms: dict[str, dict[int, list[dict]]], path: Path, title: str):
     baselines on the same val states as dashed grey lines."""
     with saved_figure(path, title) as ax:
         first = next((r for c in arms.values() for cv in c.values() for r in cv), {})
+        levels: dict[float, list[str]] = {}  # baselines that score alike share a line
         for name, value in first.get("baselines", {}).items():
+            levels.setdefault(round(value, 3), []).append(name)
+        for value, names in levels.items():
             ax.axhline(value, ls="--", lw=0.8, color="grey")
-            ax.annotate(name, (1, value), xycoords=("axes fraction", "data"), fontsize=7,
-                        color="grey", ha="right", va="bottom")  # fmt: skip
+            ax.annotate(" = ".join(names), (1, value), xycoords=("axes fraction", "data"),
+                        fontsize=7, color="grey", ha="right", va="bottom")  # fmt: skip
         for i, (arm, curves) in enumerate(arms.items()):
             color = f"C{i}"
             for seed, curve in curves.items():
