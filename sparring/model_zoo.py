@@ -232,6 +232,10 @@ def convert(gguf_file: Path, out: Path) -> int:
     if not tokenizer.chat_template:
         raise ModelFetchError(f"{name} carries no chat template; it can't be used for chat")
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    # transformers 5.17 marks a model read from GGUF as quantized ("gguf") and refuses to save
+    # it, though its weights are dequantised float32 by now: drop the marker and its config.
+    model.hf_quantizer = None
+    model.config.__dict__.pop("quantization_config", None)
     # transformers 5.10 takes the tokenizer's EOS from the BOS id (SmolLM2: <|im_start|>), so
     # set the special tokens from the GGUF's own ids, which the model config holds (reading
     # them from the file again would parse all of it, vocabulary included: 4 s).

@@ -24,7 +24,10 @@ def test_smollm2_converts_to_a_plain_hf_checkpoint(smollm2_dir):
     assert "Q4_1-dequantised" in info["note"]
     assert (smollm2_dir / "model.safetensors").exists()
     assert not list(smollm2_dir.glob("*.gguf"))  # the GGUF stayed in the temp folder
+    # plain, not GGUF-quantized: transformers 5.17 refused to save a model read from GGUF
+    assert "quantization_config" not in json.loads((smollm2_dir / "config.json").read_text())
     model = AutoModelForCausalLM.from_pretrained(smollm2_dir)
+    assert getattr(model, "hf_quantizer", None) is None
     n = sum(p.numel() for p in model.parameters())
     assert n == info["params_converted"] and abs(n - 134.5e6) < 0.1e6  # 134,515,008
     cfg = model.config
