@@ -155,15 +155,19 @@ def league(cfg: PipelineConfig, folder: Path, runs: list[dict], play: bool = Tru
     return out
 
 
-def paired(arm: dict[int, dict[str, float]], other: dict[int, dict[str, float]]) -> dict:
-    """`arm` minus `other`, paired game by game within each training seed: the mean over seeds of
-    each seed's mean difference and its 95% interval (Student's t over the seeds' means, whose
-    spread holds training and evaluation noise; over the games when there is one seed)."""
-    per_seed = {seed: paired_gain(other[seed], games) for seed, games in arm.items()}
+def paired(arm: dict[int, dict[str, float]], other: dict[int, dict[str, float]]) -> dict | None:
+    """`arm` minus `other`, paired game by game within each training seed both finished (a run
+    cut short leaves its seed out; None when no seed has both): the mean over seeds of each
+    seed's mean difference and its 95% interval (Student's t over the seeds' means, whose spread
+    holds training and evaluation noise; over the games when there is one seed)."""
+    seeds = [seed for seed in arm if seed in other]
+    per_seed = {seed: paired_gain(other[seed], arm[seed]) for seed in seeds}
     if len(per_seed) > 1:
         (gain, se), df = mean_se([d for d, _ in per_seed.values()]), len(per_seed) - 1
+    elif per_seed:
+        (gain, se), df = per_seed[seeds[0]], len(arm[seeds[0]]) - 1
     else:
-        (gain, se), df = next(iter(per_seed.values())), len(next(iter(arm.values()))) - 1
+        return None
     half = float(stats.t.ppf(0.975, df) * se)
     return {"gain": gain, "ci95": [gain - half, gain + half], "per_seed": per_seed}
 
@@ -228,17 +232,22 @@ def report(folders: list[Path], out: Path, play: bool = True) -> None:
             table[key] = summary([r for g in per_seed.values() for r in g.values()]) | {
                 "per_seed": means
             }
-    versus = {name: paired(games["country"], games[o]) for name, o in COMPARED if o in games}
-    versus |= {
-        f"league_{name}": paired(played["country"], played[o])
-        for name, o in COMPARED
-        if o in played
+    # runs cut short (a folder's JSON lists the runs that finished) leave their seed out of a
+    # comparison; a comparison no seed finished is left out
+    compared = [(name, games, o) for name, o in COMPARED] + [
+        (f"league_{name}", played, o) for name, o in COMPARED
+    ]
+    versus = {
+        name: v
+        for name, table, o in compared
+        if "country" in table and o in table and (v := paired(table["country"], table[o]))
     }
     gains = {key: {"over warm start": paired(per_seed, warm)} for key, per_seed in games.items()}
-    for key in [k for k in games if k != "init_seat"]:  # every run has init_seat (`main`)
-        gains[key]["over init_seat"] = paired(games[key], games["init_seat"])
-        if played:
-            gains[key]["league, over init_seat"] = paired(played[key], played["init_seat"])
+    for key in [k for k in games if k != "init_seat" and "init_seat" in games]:
+        for name, table in (("over init_seat", games), ("league, over init_seat", played)):
+            if key in table and "init_seat" in table:
+                if v := paired(table[key], table["init_seat"]):
+                    gains[key][name] = v
     for title, table in (("against greedy", arms), ("in the league", leagues)):
         print(f"{title}, on the {split(folders[0])} states")
         for name, a in table.items():
@@ -267,7 +276,7 @@ def report(folders: list[Path], out: Path, play: bool = True) -> None:
     league_gains = {
         key: by["league, over init_seat"]
         for key, by in gains.items()
-        if played and key != "init_seat"
+        if "league, over init_seat" in by
     }
     plot(over_warm, out / "grouping_ablation.png", title,
          f"reward vs {base.eval.opponent}: gain over the warm start")  # fmt: skip

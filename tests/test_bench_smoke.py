@@ -8,6 +8,7 @@ import json
 import math
 import re
 import runpy
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -148,6 +149,20 @@ def test_grouping_ablation_bench(bench, tiny_model_dir, tmp_path, monkeypatch):
         ablation["report"]([tmp_path], tmp_path / "all")
     merged = [line for line in printed.getvalue().splitlines() if line.startswith("RESULT ")]
     assert merged == [line for line in lines if line.startswith("RESULT ")]
+    # a second seed cut short in init_seat: its folder lists only the run that finished
+    # (country) and played no league; the merge compares the arms on the seed both finished
+    cut = tmp_path / "cut"
+    shutil.copytree(tmp_path / "warm", cut / "warm")
+    shutil.copytree(tmp_path / "country-seed-0", cut / "country-seed-1")
+    cut_runs = [dict(run, seed=1) for run in runs if run["key"] == "country"]
+    (cut / "grouping_ablation.json").write_text(json.dumps(dict(saved, runs=cut_runs)))
+    with contextlib.redirect_stdout(io.StringIO()):
+        ablation["report"]([tmp_path, cut], tmp_path / "both", play=False)  # as --merge
+    both = json.loads((tmp_path / "both" / "grouping_ablation.json").read_text())
+    assert list(both["arms"]["country"]["per_seed"]) == ["0", "1"]
+    assert list(both["arms"]["init_seat"]["per_seed"]) == ["0"]
+    assert both["versus"]["country_vs_init_country"] == versus  # seed 0's alone
+    assert list(both["league"]["country"]["per_seed"]) == ["0"]
     # merged where the checkpoints are not (another machine): the seeds' played leagues only
     (tmp_path / "league-test-seed-0.json").unlink()
     with contextlib.redirect_stdout(io.StringIO()) as printed:
