@@ -244,7 +244,8 @@ def gathered(folders: list[Path]) -> dict:
     gains, replicates, versus, runs = {}, [], {}, {}
     arm_versus: dict[str, dict[int, tuple[float, float]]] = {a: {} for a in summary["arm_sets"]}
     for seed, curve in sorted(arms.get("recipe", {}).items()):
-        gains[seed] = paired_gain(curve[0]["val_scores"], curve[-1]["val_scores"])
+        if len(curve) > 1:  # a run cut before its first update has no gain
+            gains[seed] = paired_gain(curve[0]["val_scores"], curve[-1]["val_scores"])
         recipe = where["recipe", seed] / f"seed-{seed}"
         if (figures := tested(recipe)) is None:
             continue
@@ -311,7 +312,10 @@ def report(summary: dict, out: Path) -> None:
     if said := transcripts(summary):
         (out / "transcripts.md").write_text(said)
     if not (values := [g for g, _ in summary["gains"].values()]):
-        print(f"no GRPO run to report (merge it with its recipe's folders); plot in {out}")
+        print(
+            "no GRPO iteration to report (an SFT control or an arm alone: merge it with its "
+            f"recipe's folders; or runs cut before their first update); plot in {out}"
+        )
         return
     spread = (
         f" ± {np.std(values, ddof=1):.3f} (s.d. over {len(values)} seeds)"

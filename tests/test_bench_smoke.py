@@ -349,6 +349,22 @@ def test_learning_bench_runs_the_product_loop_per_training_seed(bench, tiny_mode
         line.split() for line in printed.getvalue().splitlines() if line.startswith("RESULT ")
     ]
     assert {name: float(value) for _, name, value in merged} == results
+    # seed 1 cut before its first update (its folder: the start's evaluation, no test step):
+    # alone it has no gain to report; beside seed 0 the report is seed 0's
+    cut = tmp_path / "cut"
+    (cut / "seed-1").mkdir(parents=True)
+    (cut / "seed-1" / "-1").symlink_to(tmp_path / "seed-1" / "-1")
+    start = {"recipe": {"1": saved["arms"]["recipe"]["1"][:1]}}
+    (cut / "learning.json").write_text(json.dumps(kept | {"arms": start}))
+    for merged_with, expected in (([], None), ([folders[0]], saved["gains"]["0"][0])):
+        with contextlib.redirect_stdout(io.StringIO()) as printed:
+            learning["report"](learning["gathered"]([*merged_with, cut]), tmp_path / "cut-all")
+        lines = printed.getvalue().splitlines()
+        gains = [float(line.split()[2]) for line in lines if "RESULT learning_gain" in line]
+        if expected is None:
+            assert gains == [] and any("no GRPO iteration to report" in line for line in lines)
+        else:
+            assert gains == [pytest.approx(expected, abs=5e-4)]
 
 
 def test_learning_bench_checks_every_arm_before_it_runs_anything(bench, tmp_path):
