@@ -404,7 +404,7 @@ class HFBackend(GenerationBackend):
         used entry would make every visit a miss once the sessions outgrow the cache, while
         this keeps the entries that fit warm. A batch larger than the cap alone still runs."""
         held = sum(len(ids) for ids, _ in self._sessions.values())
-        held += len(alive) * cache.get_max_cache_shape()  # the batch's cache, every row full
+        held += len(alive) * _max_length(cache)  # the batch's cache, every row full
         for i in which.nonzero()[:, 0].tolist():
             j = int(alive[i])
             session, prompt = sessions[j], prompts[j]
@@ -454,6 +454,14 @@ def token_log_prob(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     `logit - logsumexp` the trainer computes (`sparring.logprobs`)."""
     picked = logits.gather(-1, tokens[:, None]).squeeze(-1)  # (B,)
     return picked - torch.logsumexp(logits, dim=-1)
+
+
+def _max_length(cache: StaticCache) -> int:
+    """Positions per row of a static cache (transformers 5.17 renamed `get_max_cache_shape`,
+    now deprecated, to `get_max_length`, which 5.10 lacks)."""
+    if hasattr(cache, "get_max_length"):
+        return cache.get_max_length()
+    return cache.get_max_cache_shape()
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
