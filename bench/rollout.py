@@ -34,11 +34,12 @@ With `--out DIR` it also writes DIR/rollout.jsonl, one JSON object per measured 
 generated tokens and rates; the batched row adds the hf backend's FLOP figures, the sequential
 row both speedups.
 
-`--quantize int8` plays with the hf engine's int8 linear layers (sparring.generation.int8_linear).
+`--quantize int8` plays with the hf engine's int8 linear layers (sparring.generation.int8_linear),
+`--quantize bf16` with the whole engine in bf16 (on a CPU with bf16 instructions).
 `--vs-fp32` then plays the same batched rollout again on the fp32 engine in the same process and
-prints `RESULT rollout_speedup_vs_fp32 <fp32 wall / int8 wall>`, and scores the first
-`--mismatch-rows` samples of the int8 rollout with the fp32 trainer (`sparring.train`, at the
-sampling temperature): `RESULT rollout_mismatch_kl <k3 KL, the trainer's train/mismatch_kl>`.
+prints `RESULT rollout_speedup_vs_fp32 <fp32 wall / quantized wall>`, and scores the first
+`--mismatch-rows` samples of the quantized rollout with the fp32 trainer (`sparring.train`, at
+the sampling temperature): `RESULT rollout_mismatch_kl <k3 KL, the trainer's train/mismatch_kl>`.
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ def vs_fp32(
     quantized_cpu: float,
     pad_id: int,
     rows: int,
+    mode: str,
 ) -> dict:
     """The same batched rollout on the fp32 hf engine, and the fp32 trainer's log-probs of the
     first `rows` samples of the `quantized` rollout (which took `quantized_cpu` CPU seconds)
@@ -114,7 +116,7 @@ def vs_fp32(
     speedup = result.seconds / quantized.seconds
     print(
         f"fp32:       {result.seconds:7.1f} s  {len(inits) / result.seconds:6.3f} games/s  "
-        f"{result.generated_tokens / result.seconds:7.1f} tokens/s  (int8 {speedup:.2f}x; by "
+        f"{result.generated_tokens / result.seconds:7.1f} tokens/s  ({mode} {speedup:.2f}x; by "
         f"CPU time {cpu / quantized_cpu:.2f}x, {cpu:.1f} s against {quantized_cpu:.1f} s)"
     )
     df = pd.DataFrame(quantized.samples[:rows])
@@ -126,7 +128,7 @@ def vs_fp32(
     gap = mismatch_metrics(old, batch.rollout_log_prob, batch.response_mask)
     tokens = int(batch.response_mask.sum())
     print(
-        f"int8 sampler vs fp32 trainer over {len(df)} samples ({tokens} response tokens): "
+        f"{mode} sampler vs fp32 trainer over {len(df)} samples ({tokens} response tokens): "
         f"mismatch_kl {gap['mismatch_kl']:.3g}, ratio outside [0.5, 2] "
         f"{gap['mismatch_frac_out']:.4f}"
     )
@@ -180,7 +182,9 @@ def main() -> None:
         help="run the game-by-game loop too (default: on CPU yes, on a GPU no)",
     )
     ap.add_argument("--out", help="folder for rollout.jsonl, the rows as JSON (default: none)")
-    ap.add_argument("--quantize", choices=("none", "int8"), default="none", help="hf: linears")
+    ap.add_argument(
+        "--quantize", choices=("none", "int8", "bf16"), default="none", help="hf on CPU"
+    )
     ap.add_argument(
         "--int8-fp32-layers",
         default="",
@@ -304,7 +308,11 @@ def main() -> None:
     backend.close()
     if args.vs_fp32:
         pad_id = backend.pad_id
-        rows.append(vs_fp32(model, inits, cfg, result, batched_cpu, pad_id, args.mismatch_rows))
+        rows.append(
+            vs_fp32(
+                model, inits, cfg, result, batched_cpu, pad_id, args.mismatch_rows, args.quantize
+            )
+        )
         print(f"RESULT rollout_speedup_vs_fp32 {rows[-1]['speedup_vs_fp32']:.2f}")
         print(f"RESULT rollout_mismatch_kl {rows[-1]['mismatch_kl']:.3g}")
     if args.out:

@@ -3,6 +3,7 @@
 rollout:
   backend: {name: hf}                                         # default, CPU or one GPU
   backend: {name: hf, quantize: int8}                         # CPU: int8 linear layers
+  backend: {name: hf, quantize: bf16}                         # CPU with bf16 instructions
   backend: {name: sglang, tp_size: 2, mem_fraction: 0.8}      # in-process SGLang engine
   backend: {name: openai, base_url: http://sglang:30000}      # external SGLang/vLLM server
 """
@@ -25,11 +26,12 @@ class BackendConfig(BaseModel):
 
     name: Literal["hf", "sglang", "openai"] = "hf"
     """hf = transformers (CPU or GPU), sglang = offline SGLang Engine, openai = remote server."""
-    quantize: Literal["none", "int8"] = "none"
+    quantize: Literal["none", "int8", "bf16"] = "none"
     """hf on CPU: int8 = the linear layers (LM head included) in dynamic int8 for decoding
-    (sparring.generation.int8_linear; prefill stays fp32), a policy apart from fp32's
-    (docs/training.md); training stays fp32, so a recipe then turns on the rollout
-    correction (train.rollout_is)."""
+    (sparring.generation.int8_linear; prefill stays fp32); bf16 = the whole model in bf16
+    where the CPU has bf16 instructions (fp32 where it has not). Either is a policy apart
+    from the fp32 trainer's (docs/training.md), so a recipe then turns on the rollout
+    correction (train.rollout_is). On a GPU the hf engine is bf16 already."""
     int8_min_rows: int = Field(1, ge=1)
     """hf with quantize: int8: inputs of fewer rows run the fp32 layer (1 = never; measured
     faster in int8 from one row on the 2-core AVX2 machine)."""

@@ -24,7 +24,10 @@ mask is passed, and these batches always have one). Its linear layers multiply b
 packed once for oneDNN (`packed_linear`), not re-packed by every GEMM call; with
 `quantize="int8"` decode steps run them in dynamic int8 instead (`int8_linear`: a quarter of
 the weight bytes, fp32 below `int8_min_rows` rows; prefill stays fp32, see `int8_linear`), a
-policy slightly apart from the fp32 trainer's.
+policy slightly apart from the fp32 trainer's. With `quantize="bf16"` the weights, activations
+and keys and values are bf16 on a CPU with bf16 instructions (AVX512-BF16, AMX: the weights'
+multiplies ~4x faster than fp32's); a CPU without them converts in software, slower than fp32,
+so there the engine stays fp32 (`peak_flops.cpu_bf16("auto")` decides).
 
 Prefill is compute-bound and gains nothing from huge batches; decoding is where batching
 pays. Sampling applies transformers' temperature / top-p logits warpers, then draws by
@@ -36,6 +39,7 @@ with its own.
 
 from __future__ import annotations
 
+import sys
 import time
 
 import torch
@@ -43,7 +47,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, Stat
 from transformers.cache_utils import Cache
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
-from sparring import heap
+from sparring import heap, peak_flops
 from sparring.device import pick_device
 from sparring.generation import attention, int8_linear, packed_linear
 from sparring.generation.base import Completion, GenerationBackend, SamplingParams, row_seeds
@@ -86,8 +90,18 @@ class HFBackend(GenerationBackend):
             if self.device.type != "cpu":
                 raise ValueError("quantize: int8 is for the CPU engine (fbgemm); on a GPU use bf16")
             int8_linear.quantize_linears(self.model, int8_min_rows, int8_fp32_layers)
+        if quantize == "bf16" and self.device.type == "cpu":  # on a GPU the engine is bf16 already
+            if peak_flops.cpu_bf16("auto"):
+                self.model.to(torch.bfloat16)
+            else:
+                print(
+                    f"rollout.backend.quantize=bf16: bf16 multiplies only "
+                    f"{peak_flops.bf16_speedup():.2f}x as fast as fp32 on this CPU (no bf16 "
+                    "instructions), so the engine stays fp32",
+                    file=sys.stderr,
+                )
         if self.device.type == "cpu":  # weights packed once, not per call (packed_linear)
-            packed_linear.pack_linears(self.model)  # those left fp32
+            packed_linear.pack_linears(self.model)  # those left fp32 or bf16
         self.max_batch_size = max_batch_size
         self.token_bytes = _kv_bytes_per_token(self.model)
         self.key_cost = _key_cost(self.model, self.num_params)

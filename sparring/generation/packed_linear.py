@@ -40,18 +40,22 @@ def available() -> bool:
 
 
 def pack_linears(model: nn.Module) -> int:
-    """Replace every fp32 `nn.Linear` of a CPU `model` by a `PackedLinear`, in place; returns
-    how many. Does nothing (returns 0) where oneDNN is unavailable."""
+    """Replace every fp32 or bf16 `nn.Linear` of a CPU `model` by a `PackedLinear`, in place;
+    returns how many. Does nothing (returns 0) where oneDNN is unavailable."""
     if not available():
         return 0
-    return replace_linears(model, PackedLinear)
+    return replace_linears(model, PackedLinear, dtypes=(torch.float32, torch.bfloat16))
 
 
 def replace_linears(
-    model: nn.Module, make: Callable[[nn.Linear], nn.Module], skip: Collection[str] = ()
+    model: nn.Module,
+    make: Callable[[nn.Linear], nn.Module],
+    skip: Collection[str] = (),
+    dtypes: Collection[torch.dtype] = (torch.float32,),
 ) -> int:
-    """Replace every fp32 `nn.Linear` of a CPU `model` by `make(linear)`, in place, except
-    those whose attribute name is in `skip` (say `down_proj`); returns how many."""
+    """Replace every `nn.Linear` of a CPU `model` whose weight has one of `dtypes` by
+    `make(linear)`, in place, except those whose attribute name is in `skip` (say
+    `down_proj`); returns how many."""
     swaps = [
         (parent, name, child)
         for parent in model.modules()
@@ -59,7 +63,7 @@ def replace_linears(
         if type(child) is nn.Linear
         and name not in skip
         and child.weight.device.type == "cpu"
-        and child.weight.dtype == torch.float32
+        and child.weight.dtype in dtypes
     ]
     for parent, name, child in swaps:
         setattr(parent, name, make(child))

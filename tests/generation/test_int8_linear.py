@@ -1,6 +1,6 @@
 """The int8 rollout engine (`sparring.generation.int8_linear`): dynamic int8 linear layers with
-an fp32 fallback for small inputs, generation with its log-probs, and the rollout correction a
-recipe then needs."""
+an fp32 fallback for small inputs, and generation with its log-probs (the rollout correction a
+recipe then needs: test_bf16_engine.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from sparring.generation.base import SamplingParams
 from sparring.generation.factory import BackendConfig
 from sparring.generation.hf import HFBackend
 from sparring.generation.int8_linear import Int8Linear, full_precision
-from sparring.recipe import Recipe
 
 pytestmark = pytest.mark.skipif(
     "fbgemm" not in torch.backends.quantized.supported_engines, reason="no fbgemm (x86 only)"
@@ -79,19 +78,6 @@ def test_named_layers_stay_fp32_and_packed(tiny_model_dir):
         HFBackend(str(tiny_model_dir), device="cpu", quantize="int8", int8_fp32_layers=["down_prj"])
     with pytest.raises(ValidationError, match="for quantize: int8"):
         BackendConfig(int8_fp32_layers=["down_proj"])
-
-
-def test_a_quantized_rollout_turns_the_rollout_correction_on():
-    quantized = {"rollout": {"backend": {"quantize": "int8"}}}
-    assert Recipe.model_validate(quantized).train.rollout_is == "token"
-    assert Recipe.model_validate({}).train.rollout_is is None
-    chosen = Recipe.model_validate(quantized | {"train": {"rollout_is": "sequence"}})
-    assert chosen.train.rollout_is == "sequence"
-    for train in [{"rollout_is": None}, {"bypass_mode": True}]:
-        with pytest.raises(ValidationError, match="needs the rollout correction"):
-            Recipe.model_validate(quantized | {"train": train})
-    with pytest.raises(ValidationError, match="hf engine's"):
-        BackendConfig(name="openai", base_url="http://x:1", quantize="int8")
 
 
 def test_int8_smollm2_prefills_in_fp32_and_answers_as_fp32_does(smollm2_dir):

@@ -41,10 +41,17 @@ def test_pack_linears_swaps_every_fp32_linear_and_keeps_the_logits(tiny_model_di
         )
 
 
-def test_pack_linears_leaves_other_dtypes_alone():
-    model = nn.Sequential(nn.Linear(8, 8).to(torch.bfloat16), nn.Linear(8, 8))
-    assert packed_linear.pack_linears(model) == 1
-    assert type(model[0]) is nn.Linear and type(model[1]) is packed_linear.PackedLinear
+def test_pack_linears_packs_fp32_and_bf16_and_leaves_other_dtypes_alone():
+    model = nn.Sequential(
+        nn.Linear(8, 8).to(torch.float16), nn.Linear(8, 8).to(torch.bfloat16), nn.Linear(8, 8)
+    )
+    x = torch.randn(3, 8)
+    want = model[2](model[1](x.bfloat16()).float())
+    assert packed_linear.pack_linears(model) == 2
+    assert type(model[0]) is nn.Linear
+    assert {type(m) for m in model[1:]} == {packed_linear.PackedLinear}
+    with torch.inference_mode():
+        torch.testing.assert_close(model[2](model[1](x.bfloat16()).float()), want)
 
 
 def test_packed_smollm2_greedy_tokens_are_plain_transformers_argmaxes(smollm2_dir):

@@ -1,0 +1,113 @@
+"""The bf16 rollout engine on CPU (`rollout.backend.quantize: bf16`): the whole model in bf16
+where the CPU has bf16 instructions, fp32 where it has not, decode-step attention in fp32, and
+the rollout correction a recipe then needs. Where this CPU lacks bf16 instructions the tests
+force bf16 anyway (`peak_flops.cpu_bf16`): it is slower there, not different."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from pydantic import ValidationError
+from transformers import AutoModelForCausalLM
+
+from sparring import peak_flops
+from sparring.generation import attention
+from sparring.generation.base import SamplingParams
+from sparring.generation.factory import BackendConfig
+from sparring.generation.hf import HFBackend
+from sparring.generation.packed_linear import PackedLinear
+from sparring.recipe import Recipe
+
+
+@pytest.fixture
+def bf16_pays(monkeypatch):
+    """Whether the engine finds bf16 worth it, set by the test (the CPU's own answer aside)."""
+
+    def set_to(value: bool) -> None:
+        monkeypatch.setattr(peak_flops, "cpu_bf16", lambda setting: value)
+
+    return set_to
+
+
+def test_bf16_engine_samples_with_log_probs_near_the_fp32_trainers(tiny_model_dir, bf16_pays):
+    """Every weight is bf16 and packed; the drawn tokens' log-probs come back as fp32 numbers a
+    little apart from the fp32 model's (the gap the rollout correction covers)."""
+    bf16_pays(True)
+    engine = HFBackend(str(tiny_model_dir), device="cpu", quantize="bf16")
+    assert {p.dtype for p in engine.model.parameters()} == {torch.bfloat16}
+    if any(isinstance(m, PackedLinear) for m in engine.model.modules()):  # oneDNN present
+        assert not any(type(m) is torch.nn.Linear for m in engine.model.modules())
+    prompt = engine.tokenizer("Propose a deal: [propose] A-1", add_special_tokens=False).input_ids
+    (out,) = engine.generate([prompt], SamplingParams(temperature=0.7, max_new_tokens=8, seed=3))
+    assert len(out.log_probs) == len(out.token_ids) > 0
+
+    fp32 = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    ids = torch.tensor([prompt + out.token_ids])
+    with torch.inference_mode():
+        logits = fp32(input_ids=ids).logits[0, len(prompt) - 1 : -1] / 0.7  # (n, V)
+    want = logits.log_softmax(-1).gather(-1, torch.tensor(out.token_ids)[:, None])[:, 0]
+    gap = (torch.tensor(out.log_probs) - want).abs()
+    assert 1e-6 < gap.max() < 0.1
+
+
+def test_without_bf16_instructions_the_engine_stays_fp32(tiny_model_dir, bf16_pays, capsys):
+    bf16_pays(False)
+    engine = HFBackend(str(tiny_model_dir), device="cpu", quantize="bf16")
+    assert {p.dtype for p in engine.model.parameters()} == {torch.float32}
+    assert "stays fp32" in capsys.readouterr().err
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("additive", [False, True])
+def test_a_bf16_decode_step_equals_fp32_attention(additive):
+    """One query per row (decode) in bf16: the two-product path gives fp32 attention's output
+    over the same bf16 values, a query head's group sharing its key/value head, the padding
+    masked; a longer query (prefill) goes to torch's kernel."""
+    torch.manual_seed(0)
+    module = torch.nn.Module()
+    q, k, v = torch.randn(2, 6, 1, 16), torch.randn(2, 2, 9, 16), torch.randn(2, 2, 9, 16)
+    k[0, :, :3] *= 50  # row 0's left padding: huge keys, which only the mask keeps out
+    mask = torch.ones(2, 1, 1, 9, dtype=torch.bool)
+    mask[0, ..., :3] = False
+    if additive:
+        mask = torch.zeros(2, 1, 1, 9).masked_fill(~mask, float("-inf"))
+    q, k, v = (t.bfloat16() for t in (q, k, v))
+    out, _ = attention.sdpa_gqa(module, q, k, v, mask.bfloat16() if additive else mask)
+    want, _ = attention.sdpa_gqa(module, q.float(), k.float(), v.float(), mask)
+    assert out.dtype == torch.bfloat16 and out.shape == (2, 1, 6, 16)
+    torch.testing.assert_close(out.float(), want, atol=0.02, rtol=0.02)
+    unmasked, _ = attention.sdpa_gqa(module, q.float(), k.float(), v.float(), None)
+    assert not torch.allclose(unmasked[0], want[0], atol=0.1)  # the mask mattered
+    longer, _ = attention.sdpa_gqa(module, q.expand(2, 6, 3, 16), k, v, None)
+    assert longer.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("quantize", ["int8", "bf16"])
+def test_a_quantized_rollout_turns_the_rollout_correction_on(quantize):
+    quantized = {"rollout": {"backend": {"quantize": quantize}}}
+    assert Recipe.model_validate(quantized).train.rollout_is == "token"
+    assert Recipe.model_validate({}).train.rollout_is is None
+    chosen = Recipe.model_validate(quantized | {"train": {"rollout_is": "sequence"}})
+    assert chosen.train.rollout_is == "sequence"
+    for train in [{"rollout_is": None}, {"bypass_mode": True}]:
+        with pytest.raises(ValidationError, match="needs the rollout correction"):
+            Recipe.model_validate(quantized | {"train": train})
+    with pytest.raises(ValidationError, match="hf engine's"):
+        BackendConfig(name="openai", base_url="http://x:1", quantize=quantize)
+
+
+def test_bf16_smollm2_answers_as_fp32_does(smollm2_dir, bf16_pays):
+    """The real SmolLM2 in bf16 greedily answers what fp32 answers, its log-probs close."""
+    from sparring.models import resolve_model
+
+    bf16_pays(True)
+    model = resolve_model("smollm2-135m-instruct", smollm2_dir.parents[1])
+    engines = [HFBackend(model, device="cpu", quantize=q) for q in ("none", "bf16")]
+    chat = [{"role": "user", "content": "What is the capital of France? One sentence."}]
+    prompt = engines[0].tokenizer.apply_chat_template(chat, add_generation_prompt=True)
+    prompt = prompt if isinstance(prompt, list) else prompt["input_ids"]
+    params = SamplingParams(temperature=0.0, max_new_tokens=10)
+    fp32, bf16 = (engine.generate([prompt], params)[0] for engine in engines)
+    assert "Paris" in engines[0].tokenizer.decode(fp32.token_ids)
+    assert bf16.token_ids == fp32.token_ids
+    assert bf16.log_probs == pytest.approx(fp32.log_probs, abs=0.1)
