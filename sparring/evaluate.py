@@ -304,12 +304,12 @@ def load_and_evaluate(
     device: str = "auto",
     progress: bool = True,
 ) -> tuple[dict[str, float], dict[str, list[Episode]]]:
-    """`evaluate` with checkpoints given as paths (or hub names)."""
-    from sparring.generation.hf import HFBackend
+    """`evaluate` with checkpoints given as paths (or hub names), on `cfg.rollout.backend`."""
+    from sparring.generation.factory import make_backend
 
     batch = cfg.rollout.max_batch_size
-    policy = HFBackend(model, device=device, max_batch_size=batch)
+    policy = make_backend(model, cfg.rollout.backend, device, batch)
     previous = (
-        HFBackend(previous_model, device=device, max_batch_size=batch) if previous_model else None
+        make_backend(previous_model, cfg.rollout.backend, device, batch) if previous_model else None
     )
     return evaluate(policy, inits_path, cfg, previous, progress)

@@ -10,8 +10,10 @@ measured per-turn budget (`max_new_tokens` times the game's `Game.turn_budget`, 
 
 `estimate_here` scales the costs to this machine by `probe`: the model's own forward and
 backward pass (for the warm start and the updates) and its cached decoding (for rollouts and
-evaluations), timed here against the same probe where the costs were measured. The two change
-differently across machines (on one core instead of two the tiny model's updates took 1.8x as
+evaluations), timed here against the same probe where the costs were measured, each at the
+precision the config computes in here (bf16 for the updates under `train.cpu_bf16`, for the
+games under `rollout.backend.quantize: bf16`, where this CPU has bf16 instructions; the costs
+were measured in fp32). The two change differently across machines (on one core instead of two the tiny model's updates took 1.8x as
 long, its games 1.3-1.4x), and a matmul probe tracked neither (it was 2x over on an AVX-512
 CPU, whose gains on the tiny model's small products, elementwise ops and Python it missed).
 """
@@ -22,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
+from sparring import peak_flops
 from sparring.evaluate import lineups
 from sparring.loop import tasks
 from sparring.loop.config import PipelineConfig
@@ -143,11 +146,22 @@ def estimate_here(cfg: PipelineConfig) -> tuple[float, Probe, Probe] | None:
     if estimate_seconds(cfg) is None:
         return None
     costs = COSTS[cfg.model]
-    here = probe(cfg.model, costs.rows)
+    here = probe(
+        cfg.model,
+        costs.rows,
+        train_bf16=peak_flops.cpu_bf16(cfg.train.cpu_bf16),
+        decode_bf16=cfg.rollout.backend.quantize == "bf16" and peak_flops.cpu_bf16("auto"),
+    )
     return estimate_seconds(cfg, here), here, costs.reference
 
 
-def probe(model: str, rows: int, seconds: float = 1.0) -> Probe:
+def probe(
+    model: str,
+    rows: int,
+    seconds: float = 1.0,
+    train_bf16: bool = False,
+    decode_bf16: bool = False,
+) -> Probe:
     """Time `model`'s own work on this machine, the best of repeats taken in turn over about
     `seconds` (at least two of each, after a warm-up: a stall of the machine must outlast the
     whole probe to slow it): a forward and backward pass of `rows` x PROBE_TOKENS random tokens, and
@@ -157,17 +171,25 @@ def probe(model: str, rows: int, seconds: float = 1.0) -> Probe:
     engine and the trainer bound it (`sparring.heap.bound_for`): unbounded, SmolLM2's forward
     and backward read .72 s in some processes and .85-.94 s in others on one machine, the
     blocks landing on the heap or in fresh mappings by the process's history; bounded, .86-.90
-    s in every one."""
+    s in every one. `train_bf16` runs the pass under CPU bf16 autocast (as `train.cpu_bf16`
+    does), `decode_bf16` decodes with a bf16 copy attending as the engine does
+    (`sparring.generation.attention`)."""
     import torch
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging
 
     from sparring import heap, model_zoo
+    from sparring.generation import attention
 
     logging.disable_progress_bar()  # loading bars would precede the estimate
     try:
         path = model_zoo.fetch(model)
         net = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        decoder = net  # the engine's bf16 copy, attending as it does, for decode_bf16
+        if decode_bf16:
+            decoder = AutoModelForCausalLM.from_pretrained(
+                path, dtype=torch.bfloat16, attn_implementation=attention.register()
+            ).eval()
     finally:
         logging.enable_progress_bar()
     heap.bound_for(sum(p.numel() for p in net.parameters()))  # the tasks' heap, as they set it
@@ -177,14 +199,15 @@ def probe(model: str, rows: int, seconds: float = 1.0) -> Probe:
 
     def train() -> None:
         net.zero_grad(set_to_none=True)
-        net(ids, labels=ids).loss.backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=train_bf16):
+            net(ids, labels=ids).loss.backward()
 
     @torch.no_grad()
     def decode() -> None:
-        out = net(prompts, use_cache=True)
+        out = decoder(prompts, use_cache=True)
         for _ in range(16):
             step = out.logits[:, -1:].argmax(-1)
-            out = net(step, past_key_values=out.past_key_values, use_cache=True)
+            out = decoder(step, past_key_values=out.past_key_values, use_cache=True)
 
     return Probe(*_fastest((train, decode), seconds))
 

@@ -307,15 +307,16 @@ def _play_eval(
     cfg: PipelineConfig, ecfg: Any, model_dir: str, previous_dir: str | None, inits: str
 ) -> tuple[dict[str, float], dict[str, list]]:
     """`sparring.evaluate.evaluate` of `model_dir` with `ecfg` (an EvalConfig) on `inits`;
-    `previous_dir` is loaded only where a mode plays it (`vs_previous`)."""
+    `previous_dir` is loaded only where a mode plays it (`vs_previous`). Both play on
+    `ecfg.rollout.backend`."""
     from sparring.evaluate import evaluate as run_eval
-    from sparring.generation.hf import HFBackend
+    from sparring.generation.factory import make_backend
 
-    batch = ecfg.rollout.max_batch_size
+    batch, backend = ecfg.rollout.max_batch_size, ecfg.rollout.backend
     with heap.PeakRSS() as peak:
-        policy = HFBackend(model_dir, device=cfg.device, max_batch_size=batch)
+        policy = make_backend(model_dir, backend, cfg.device, batch)
         previous = (
-            HFBackend(previous_dir, device=cfg.device, max_batch_size=batch)
+            make_backend(previous_dir, backend, cfg.device, batch)
             if previous_dir and VS_PREVIOUS in ecfg.modes
             else None
         )

@@ -450,3 +450,22 @@ def test_kuhn_exploiter_plays_the_best_response_to_the_learner(tiny_model_dir, t
                 moves += 1
             game.step(turn["seat"], turn["text"])
     assert moves >= 8  # each game: the exploiter moves at least once
+
+
+def test_the_model_plays_on_the_evaluations_own_engine(tiny_model_dir, tmp_path):
+    """`eval.rollout.backend` picks the evaluated model's engine (it was once always the fp32
+    hf engine): an OpenAI-compatible server that is not there fails with its address, in the
+    pipeline's evaluation task and in `sparring evaluate`."""
+    from sparring.evaluate import EvalConfig, load_and_evaluate
+    from sparring.game_init import GameInitConfig, write_inits
+    from sparring.generation.openai import ServerError
+
+    game = {"params": {"k": 3, "max_turns": 2}}
+    val = write_inits(GameInitConfig(game=game, num_train=1, num_val=1), tmp_path)["val"]
+    backend = {"name": "openai", "base_url": "http://127.0.0.1:9", "retries": 0}
+    ecfg = EvalConfig(rollout={"game": game, "backend": backend})
+    cfg = PipelineConfig.model_validate({"model": str(tiny_model_dir), "device": "cpu"})
+    with pytest.raises(ServerError, match="127.0.0.1:9"):
+        tasks._play_eval(cfg, ecfg, str(tiny_model_dir), None, val)
+    with pytest.raises(ServerError, match="127.0.0.1:9"):
+        load_and_evaluate(str(tiny_model_dir), val, ecfg, progress=False)
