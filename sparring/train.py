@@ -606,6 +606,7 @@ def grpo_update(
     # 2. old log-probs. `start_log_prob`: the start weights' own, from a no-grad pass for rows
     # outside the first mini-batch and from the first mini-batch's forward for its rows
     # (filled lazily there); bypass mode skips the pass and takes the engine's instead.
+    t_passes = time.perf_counter()
     start_log_prob = torch.zeros_like(batch.response_mask)  # (B, T-1)
     pending = torch.zeros(len(batch), dtype=torch.bool)  # (B,) rows the first step fills
     pending[plan[0]] = True
@@ -619,6 +620,7 @@ def grpo_update(
         ref_log_prob = old_log_prob
         if ref_model is not None:
             ref_log_prob = batched_log_probs(ref_model, batch, range(len(batch)), cfg, device)
+    passes = time.perf_counter() - t_passes
 
     state_w, metrics = None, {}  # (B, T-1) per-token weights of the decision states
     if cfg.state_balance:
@@ -676,6 +678,8 @@ def grpo_update(
         cfg.lr_schedule_updates if carry is not None else 1,
         by_length=not cfg.transfer_weight,  # the transfer loss pairs rows within a micro-batch
     )
+    metrics["perf/log_prob_pass_seconds"] = passes  # steps 2 and 3, part of the update's time
+    metrics["perf/train_seconds"] += passes
     # 6. the mismatch, over the rows with the engine's log-probs and the start weights' (every
     # row; in bypass mode only the first mini-batch's, the only ones the start weights scored)
     measured = batch.scored.clone()  # (B,)

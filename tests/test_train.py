@@ -350,6 +350,9 @@ def test_bypass_gives_the_recompute_update_when_they_agree(
     assert l2_gap(recompute, bypass) < 1e-3 * moved
     assert metrics["train/mismatch_kl"] < 1e-9 and metrics["train/mismatch_frac_out"] == 0
     assert bypassed["train/mismatch_kl"] < 1e-9  # bypass: on the first mini-batch's rows
+    # the update's time counts the trainer's old-log-prob pass, which bypass skips
+    assert 0 < metrics["perf/log_prob_pass_seconds"] < metrics["perf/train_seconds"]
+    assert bypassed["perf/log_prob_pass_seconds"] < metrics["perf/log_prob_pass_seconds"] / 10
 
 
 def test_truncated_importance_sampling_weights_a_mismatched_update(

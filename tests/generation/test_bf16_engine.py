@@ -8,11 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 from pydantic import ValidationError
-from transformers import AutoModelForCausalLM
 
 from sparring import peak_flops
 from sparring.generation import attention
-from sparring.generation.base import SamplingParams
 from sparring.generation.factory import BackendConfig
 from sparring.generation.hf import HFBackend
 from sparring.generation.packed_linear import PackedLinear
@@ -29,7 +27,9 @@ def bf16_pays(monkeypatch):
     return set_to
 
 
-def test_bf16_engine_samples_with_log_probs_near_the_fp32_trainers(tiny_model_dir, bf16_pays):
+def test_bf16_engine_samples_with_log_probs_near_the_fp32_trainers(
+    tiny_model_dir, bf16_pays, log_prob_gap
+):
     """Every weight is bf16 and packed; the drawn tokens' log-probs come back as fp32 numbers a
     little apart from the fp32 model's (the gap the rollout correction covers)."""
     bf16_pays(True)
@@ -37,17 +37,7 @@ def test_bf16_engine_samples_with_log_probs_near_the_fp32_trainers(tiny_model_di
     assert {p.dtype for p in engine.model.parameters()} == {torch.bfloat16}
     if any(isinstance(m, PackedLinear) for m in engine.model.modules()):  # oneDNN present
         assert not any(type(m) is torch.nn.Linear for m in engine.model.modules())
-    prompt = engine.tokenizer("Propose a deal: [propose] A-1", add_special_tokens=False).input_ids
-    (out,) = engine.generate([prompt], SamplingParams(temperature=0.7, max_new_tokens=8, seed=3))
-    assert len(out.log_probs) == len(out.token_ids) > 0
-
-    fp32 = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
-    ids = torch.tensor([prompt + out.token_ids])
-    with torch.inference_mode():
-        logits = fp32(input_ids=ids).logits[0, len(prompt) - 1 : -1] / 0.7  # (n, V)
-    want = logits.log_softmax(-1).gather(-1, torch.tensor(out.token_ids)[:, None])[:, 0]
-    gap = (torch.tensor(out.log_probs) - want).abs()
-    assert 1e-6 < gap.max() < 0.1
+    assert 1e-6 < log_prob_gap(engine).max() < 0.1
 
 
 def test_without_bf16_instructions_the_engine_stays_fp32(tiny_model_dir, bf16_pays, capsys):
@@ -96,18 +86,10 @@ def test_a_quantized_rollout_turns_the_rollout_correction_on(quantize):
         BackendConfig(name="openai", base_url="http://x:1", quantize=quantize)
 
 
-def test_bf16_smollm2_answers_as_fp32_does(smollm2_dir, bf16_pays):
+def test_bf16_smollm2_answers_as_fp32_does(smollm2_answers, bf16_pays):
     """The real SmolLM2 in bf16 greedily answers what fp32 answers, its log-probs close."""
-    from sparring.models import resolve_model
-
     bf16_pays(True)
-    model = resolve_model("smollm2-135m-instruct", smollm2_dir.parents[1])
-    engines = [HFBackend(model, device="cpu", quantize=q) for q in ("none", "bf16")]
-    chat = [{"role": "user", "content": "What is the capital of France? One sentence."}]
-    prompt = engines[0].tokenizer.apply_chat_template(chat, add_generation_prompt=True)
-    prompt = prompt if isinstance(prompt, list) else prompt["input_ids"]
-    params = SamplingParams(temperature=0.0, max_new_tokens=10)
-    fp32, bf16 = (engine.generate([prompt], params)[0] for engine in engines)
-    assert "Paris" in engines[0].tokenizer.decode(fp32.token_ids)
+    fp32, bf16, text = smollm2_answers("bf16")
+    assert "Paris" in text
     assert bf16.token_ids == fp32.token_ids
     assert bf16.log_probs == pytest.approx(fp32.log_probs, abs=0.1)

@@ -8,9 +8,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 from torch import nn
-from transformers import AutoModelForCausalLM
 
-from sparring.generation.base import SamplingParams
 from sparring.generation.factory import BackendConfig
 from sparring.generation.hf import HFBackend
 from sparring.generation.int8_linear import Int8Linear, full_precision
@@ -38,7 +36,7 @@ def test_int8_linear_is_close_to_fp32_and_falls_back_below_min_rows():
         assert not torch.allclose(layer(x), linear(x), atol=1e-5)  # int8 again after it
 
 
-def test_int8_engine_samples_with_log_probs_near_the_fp32_trainers(tiny_model_dir):
+def test_int8_engine_samples_with_log_probs_near_the_fp32_trainers(tiny_model_dir, log_prob_gap):
     """Every linear layer of the engine is int8, the LM head too, but the prompt is prefilled
     in fp32: the first drawn token's log-prob at T=0.7 is the fp32 model's, the decoded ones
     are a little apart from it (the gap the rollout correction covers; measured max |diff|
@@ -46,17 +44,7 @@ def test_int8_engine_samples_with_log_probs_near_the_fp32_trainers(tiny_model_di
     engine = HFBackend(str(tiny_model_dir), device="cpu", quantize="int8")
     assert not any(type(m) is nn.Linear for m in engine.model.modules())
     assert isinstance(engine.model.lm_head, Int8Linear)
-    prompt = engine.tokenizer("Propose a deal: [propose] A-1", add_special_tokens=False).input_ids
-    params = SamplingParams(temperature=0.7, max_new_tokens=8, seed=3)
-    (out,) = engine.generate([prompt], params)
-    assert len(out.log_probs) == len(out.token_ids) > 0
-
-    fp32 = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
-    ids = torch.tensor([prompt + out.token_ids])
-    with torch.inference_mode():
-        logits = fp32(input_ids=ids).logits[0, len(prompt) - 1 : -1] / 0.7  # (n, V)
-    want = logits.log_softmax(-1).gather(-1, torch.tensor(out.token_ids)[:, None])[:, 0]
-    gap = (torch.tensor(out.log_probs) - want).abs()
+    gap = log_prob_gap(engine)
     assert gap[0] < 1e-5  # from the fp32 prefill
     assert 1e-6 < gap[1:].max() < 0.1  # from int8 decode steps
 
@@ -80,19 +68,11 @@ def test_named_layers_stay_fp32_and_packed(tiny_model_dir):
         BackendConfig(int8_fp32_layers=["down_proj"])
 
 
-def test_int8_smollm2_prefills_in_fp32_and_answers_as_fp32_does(smollm2_dir):
+def test_int8_smollm2_prefills_in_fp32_and_answers_as_fp32_does(smollm2_answers):
     """On the real SmolLM2 an int8 prefill came apart (its first token's activations set every
     row's int8 scale; per-token KL 2.16 to fp32): the engine prefills in fp32, so its first
     token is the fp32 engine's exactly, and greedy int8 decoding still answers the same."""
-    from sparring.models import resolve_model
-
-    model = resolve_model("smollm2-135m-instruct", smollm2_dir.parents[1])
-    engines = [HFBackend(model, device="cpu", quantize=q) for q in ("none", "int8")]
-    chat = [{"role": "user", "content": "What is the capital of France? One sentence."}]
-    prompt = engines[0].tokenizer.apply_chat_template(chat, add_generation_prompt=True)
-    prompt = prompt if isinstance(prompt, list) else prompt["input_ids"]
-    params = SamplingParams(temperature=0.0, max_new_tokens=10)
-    fp32, int8 = (engine.generate([prompt], params)[0] for engine in engines)
+    fp32, int8, text = smollm2_answers("int8")
     assert fp32.log_probs[0] == pytest.approx(int8.log_probs[0], abs=1e-4)
-    assert "Paris" in engines[0].tokenizer.decode(fp32.token_ids)
+    assert "Paris" in text
     assert int8.token_ids == fp32.token_ids
