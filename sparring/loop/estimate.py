@@ -13,13 +13,15 @@ backward pass (for the warm start and the updates) and its cached decoding (for 
 evaluations), timed here against the same probe where the costs were measured, each at the
 precision the config computes in here (bf16 for the updates under `train.cpu_bf16`, for the
 games under `rollout.backend.quantize: bf16`, where this CPU has bf16 instructions; the costs
-were measured in fp32). The two change differently across machines (on one core instead of two the tiny model's updates took 1.8x as
-long, its games 1.3-1.4x), and a matmul probe tracked neither (it was 2x over on an AVX-512
-CPU, whose gains on the tiny model's small products, elementwise ops and Python it missed).
+were measured in fp32). The two change differently across machines (on one core instead of
+two the tiny model's updates took 1.8x as long, its games 1.3-1.4x), and a matmul probe
+tracked neither (it was 2x over on an AVX-512 CPU, whose gains on the tiny model's small
+products, elementwise ops and Python it missed).
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable
 from typing import NamedTuple
@@ -185,14 +187,13 @@ def probe(
     try:
         path = model_zoo.fetch(model)
         net = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-        decoder = net  # the engine's bf16 copy, attending as it does, for decode_bf16
-        if decode_bf16:
-            decoder = AutoModelForCausalLM.from_pretrained(
-                path, dtype=torch.bfloat16, attn_implementation=attention.register()
-            ).eval()
     finally:
         logging.enable_progress_bar()
     heap.bound_for(sum(p.numel() for p in net.parameters()))  # the tasks' heap, as they set it
+    decoder = net
+    if decode_bf16:  # a bf16 copy attending as the engine does
+        decoder = copy.deepcopy(net).to(torch.bfloat16)
+        decoder.set_attn_implementation(attention.register())
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(net.config.vocab_size, (rows, PROBE_TOKENS), generator=gen)
     prompts = torch.randint(net.config.vocab_size, (4 * rows, PROBE_TOKENS), generator=gen)
