@@ -204,13 +204,28 @@ def arm_config(args: argparse.Namespace, base: PipelineConfig, seed: int, name: 
     return measured(arm, seed, out).model_copy(update={"run_name": f"seed-{seed}-{name}"})
 
 
-def format_arm(name: str, sets: list[str], per_seed: dict[int, tuple[float, float]]) -> str:
+def format_arm(name: str, sets: list[str], versus: dict) -> str:
     """Arm `name`'s final test score minus the recipe's per seed (paired over the test games),
-    then their mean and standard error across seeds."""
-    lines = [f"arm {name} ({' '.join(sets)}) minus the recipe, final model on test:"]
+    then their mean and standard error across seeds; for an arm no seed ran to its test step,
+    the same on val at the last iteration both runs reached (`versus["split"]`)."""
+    split, per_seed = versus["split"], versus["seeds"]
+    where = "final model on test" if split == "test" else "last common iteration on val"
+    lines = [f"arm {name} ({' '.join(sets)}) minus the recipe, {where}:"]
+    if not per_seed:
+        return "\n".join([*lines, "  no seed has a finished evaluation of both runs to compare"])
     lines += [f"  seed {seed}: {d:+.3f} ± {se:.3f} (paired)" for seed, (d, se) in per_seed.items()]
+    if split != "test":
+        lines.append("  (no seed's arm reached its test step: a val figure, not a claim)")
     mean, se = mean_se([d for d, _ in per_seed.values()])
-    return "\n".join([*lines, f"  mean {mean:+.3f} ± {se:.3f} (s.e. across seeds)"])
+    spread = f"± {se:.3f} (s.e. across seeds)" if len(per_seed) > 1 else "(one seed: no spread)"
+    return "\n".join([*lines, f"  mean {mean:+.3f} {spread}"])
+
+
+def on_val(recipe: list[dict], arm: list[dict]) -> tuple[float, float] | None:
+    """The arm's val scores minus the recipe's, paired game by game, at the last iteration
+    after an update that both curves reached; None before any update."""
+    last = min(len(recipe), len(arm)) - 1
+    return paired_gain(recipe[last]["val_scores"], arm[last]["val_scores"]) if last > 0 else None
 
 
 def tested(run: Path) -> dict[str, float] | None:
@@ -243,9 +258,13 @@ def gathered(folders: list[Path]) -> dict:
                 where[arm, int(seed)] = folder
     gains, replicates, versus, runs = {}, [], {}, {}
     arm_versus: dict[str, dict[int, tuple[float, float]]] = {a: {} for a in summary["arm_sets"]}
+    arm_on_val: dict[str, dict[int, tuple[float, float]]] = {a: {} for a in summary["arm_sets"]}
     for seed, curve in sorted(arms.get("recipe", {}).items()):
         if len(curve) > 1:  # a run cut before its first update has no gain
             gains[seed] = paired_gain(curve[0]["val_scores"], curve[-1]["val_scores"])
+        for name, per_seed in arm_on_val.items():
+            if (arm := arms.get(name, {}).get(seed)) and (v := on_val(curve, arm)):
+                per_seed[seed] = v
         recipe = where["recipe", seed] / f"seed-{seed}"
         if (figures := tested(recipe)) is None:
             continue
@@ -256,7 +275,13 @@ def gathered(folders: list[Path]) -> dict:
         for name, per_seed in arm_versus.items():
             if tested(other := arm_run(where, name, seed, recipe)) is not None:
                 per_seed[seed] = final_difference(other, recipe)
-    summary |= {"arms": arms, "gains": gains, "versus_recipe": arm_versus, "runs": runs}
+    versus_recipe = {  # on test where any seed's arm got there, else on val
+        name: {"split": "test", "seeds": per_seed}
+        if per_seed
+        else {"split": "val", "seeds": arm_on_val[name]}
+        for name, per_seed in arm_versus.items()
+    }
+    summary |= {"arms": arms, "gains": gains, "versus_recipe": versus_recipe, "runs": runs}
     if replicates:
         summary["test"] = summarize(replicates)
     if versus:
@@ -305,8 +330,8 @@ def report(summary: dict, out: Path) -> None:
         print(format_replicates(summary["test"], summary["metric"]))
     if versus := summary.get("versus_sft_control"):
         print(format_comparison(versus, summary["metric"]))
-    for name, per_seed in summary["versus_recipe"].items():
-        print(format_arm(name, summary["arm_sets"][name], per_seed))
+    for name, versus_arm in summary["versus_recipe"].items():
+        print(format_arm(name, summary["arm_sets"][name], versus_arm))
     (out / "learning.json").write_text(json.dumps(summary))
     plot(summary["arms"], out / "learning.png", summary["title"])
     if said := transcripts(summary):
@@ -332,10 +357,12 @@ def report(summary: dict, out: Path) -> None:
         diff, se = mean_se([v["grpo_minus_sft"] for v in versus.values()])
         print(f"RESULT real_gain_over_sft_control {diff:.4f}")
         print(f"RESULT real_gain_over_sft_control_se_seeds {se:.4f}")
-    for name, per_seed in summary["versus_recipe"].items():
-        diff, se = mean_se([d for d, _ in per_seed.values()])
-        print(f"RESULT arm_{name}_minus_recipe {diff:.4f}")
-        print(f"RESULT arm_{name}_minus_recipe_se_seeds {se:.4f}")
+    for name, versus_arm in summary["versus_recipe"].items():
+        if per_seed := versus_arm["seeds"]:
+            diff, se = mean_se([d for d, _ in per_seed.values()])
+            tag = "" if versus_arm["split"] == "test" else "_on_val"
+            print(f"RESULT arm_{name}_minus_recipe{tag} {diff:.4f}")
+            print(f"RESULT arm_{name}_minus_recipe{tag}_se_seeds {se:.4f}")
 
 
 def main() -> None:

@@ -304,7 +304,8 @@ def test_learning_bench_runs_the_product_loop_per_training_seed(bench, tiny_mode
         t1 = saved["arms"]["t1"][seed]
         assert t1[0]["reward"] == curve[0]["reward"]  # one warm start, evaluated alike
         assert not (tmp_path / f"seed-{seed}-t1" / "warm").exists()  # not warm-started again
-    versus = [d for d, _ in saved["versus_recipe"]["t1"].values()]
+    assert saved["versus_recipe"]["t1"]["split"] == "test"
+    versus = [d for d, _ in saved["versus_recipe"]["t1"]["seeds"].values()]
     assert results["arm_t1_minus_recipe"] == pytest.approx(sum(versus) / 2, abs=5e-4)
     assert (tmp_path / "learning.png").stat().st_size > 1000
     test = saved["test"]  # both seeds' test gains, their mean and its s.e. across the two
@@ -365,6 +366,29 @@ def test_learning_bench_runs_the_product_loop_per_training_seed(bench, tiny_mode
             assert gains == [] and any("no GRPO iteration to report" in line for line in lines)
         else:
             assert gains == [pytest.approx(expected, abs=5e-4)]
+    # the t1 arm of both seeds cut during its test step: compared with the recipe on val, at
+    # the last iteration both ran, paired game by game, and labelled so (it printed nan)
+    arm_cut = tmp_path / "arm-cut"
+    for seed in ("0", "1"):
+        (arm_cut / f"seed-{seed}-t1").mkdir(parents=True)
+        for it in ("-1", "0"):
+            (arm_cut / f"seed-{seed}-t1" / it).symlink_to(tmp_path / f"seed-{seed}-t1" / it)
+    (arm_cut / "learning.json").write_text(json.dumps(kept | {"arms": {"t1": saved["arms"]["t1"]}}))
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        summary = learning["gathered"]([folders[0], folders[2], arm_cut])
+        learning["report"](summary, tmp_path / "arm-cut-all")
+    said = printed.getvalue()
+    on_val = [
+        sum(saved["arms"]["t1"][s][-1]["val_scores"][g] - saved["arms"]["recipe"][s][-1]["val_scores"][g]
+            for g in saved["arms"]["recipe"][s][-1]["val_scores"])
+        / len(saved["arms"]["recipe"][s][-1]["val_scores"])
+        for s in ("0", "1")
+    ]  # fmt: skip
+    assert summary["versus_recipe"]["t1"]["split"] == "val"
+    assert "last common iteration on val" in said and "nan" not in said
+    assert "RESULT arm_t1_minus_recipe " not in said
+    value = float(said.split("RESULT arm_t1_minus_recipe_on_val ")[1].split()[0])
+    assert value == pytest.approx(sum(on_val) / 2, abs=5e-4)
 
 
 def test_learning_bench_checks_every_arm_before_it_runs_anything(bench, tmp_path):
