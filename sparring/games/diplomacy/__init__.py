@@ -6,7 +6,7 @@ orders     parsing a power's text into orders and press
 observation the board and each power's options, as text
 game       the adapter: press and order rounds, retreats, rewards
 alliances  each power's allies over the last year played (the `country_alliance` group key)
-bots       scripted bots (hold, random-legal, greedy, support)
+bots       scripted bots (hold, random-legal, greedy, support) and press teachers
 metrics    per-power metrics of plays (seed 001), per country in rollout and evaluation
 strategic  the strategic evaluator: scenario sets per dimension, scored per country
 report     the evaluation's country table and heatmap (modes include every bot), and the

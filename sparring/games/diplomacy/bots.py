@@ -1,7 +1,12 @@
-"""Scripted Diplomacy bots: `hold`, `random-legal`, `greedy` and `support`.
+"""Scripted Diplomacy bots: `hold`, `random-legal`, `greedy` and `support`, and the press
+teachers `greedy-press` and `support-press`.
 
-Each bot sends no press ("NONE") and writes one order per unit in movement phases; asked for
-retreats and builds (`retreats: policy`) it gives the default `auto_orders`. The order
+Each bot writes one order per unit in movement phases; asked for retreats and builds
+(`retreats: policy`) it gives the default `auto_orders`. The four bots send no press ("NONE").
+The press teachers play as `greedy` and `support` do and, in the first press round of a phase,
+tell each neighbour the orders they will give next to it (`announcement`): `[to FRANCE] A MUN -
+BUR; A BER H`, promises they keep. They teach a model the press format (`warm_start.agent`);
+no bot reads press, so against bots they score as their base bot. The order
 choosers work on a raw engine (`diplomacy.Game`) so scenario generation can use them too:
 - `hold_orders`: every unit holds.
 - `random_orders`: a uniformly random legal order per unit (supports and convoys included).
@@ -28,7 +33,8 @@ if TYPE_CHECKING:
     from sparring.games.diplomacy.game import DiplomacyGame
 
 BOTS = ("hold", "random-legal", "greedy", "support")
-"""The bots, weakest first (evaluation's `vs_scripted` plays each; `DiplomacyGame.agents`)."""
+"""The bots, weakest first (evaluation's `vs_scripted` plays each; `DiplomacyGame.agents`). The
+press teachers are not among them: they play as their base bot."""
 Engine = Any  # a diplomacy.Game (sparring.games.diplomacy.board imports the engine)
 FAR = 10**6  # distance of an unreachable target
 _DISTANCES: dict[tuple[str, str], dict[str, dict[str, int]]] = {}  # (map, unit type) -> table
@@ -230,22 +236,54 @@ def support_orders(engine: Engine, power: str, rng: random.Random | None = None)
     return [orders[loc] for loc in sorted(orders)] + steps
 
 
+def _near(engine: Engine, loc: str) -> set[str]:
+    """`loc`'s province and the provinces next to it, without coasts."""
+    return {loc} | {a.split("/")[0].upper() for a in engine.map.abut_list(loc)}
+
+
+def announcement(engine: Engine, power: str, orders: list[str], max_messages: int) -> list[str]:
+    """`[to POWER] order; order` press lines: to each other power with a unit or supply
+    center next to where one of `power`'s units stands or moves, the orders of those units;
+    the `max_messages` powers with the most such units first (ties by name)."""
+    near = {o: _near(engine, _loc(o)) | (_near(engine, _dest(o)) if _is_move(o) else set())
+            for o in orders}  # fmt: skip
+    told: dict[str, list[str]] = {}
+    for other in sorted(engine.powers):
+        if other == power:
+            continue
+        theirs = {_loc(u) for u in engine.get_units(other)} | set(engine.get_centers(other))
+        if said := [o for o in orders if near[o] & theirs]:
+            told[other] = said
+    ranked = sorted(told, key=lambda p: (-len(told[p]), p))[:max_messages]
+    return [f"[to {p}] {'; '.join(told[p])}" for p in ranked]
+
+
 class _OrderBot:
-    """Shared shell: no press; in the orders stage, the chooser's orders one per line."""
+    """Shared shell: in the orders stage, the chooser's orders one per line; no press, unless
+    `announce`: then in a phase's first press round the orders it will give, to its neighbours
+    (`announcement`), planned then and given unchanged in the orders round."""
 
     choose = staticmethod(hold_orders)
+    announce = False
 
     def __init__(self, seed: int = 0) -> None:
         self.rng = random.Random(seed)
+        self._planned: dict[tuple[int, str, int], list[str]] = {}  # (game, phase, seat)
 
     def act(self, game: DiplomacyGame, seat: int) -> str:
+        power, key = game.roles[seat], (id(game), game.engine.get_current_phase(), seat)
         if game.action_kind == "press":
-            return "NONE"
+            if not self.announce or game.press_round > 1:
+                return "NONE"
+            planned = self._planned.setdefault(key, self.choose(game.engine, power, self.rng))
+            lines = announcement(game.engine, power, planned, game.cfg.press_max_messages)
+            return "\n".join(lines) or "NONE"
         if game.action_kind == "adjust":  # retreats and builds asked of the seat: the default
             from sparring.games.diplomacy.scenarios import auto_orders
 
-            return "\n".join(auto_orders(game.engine, game.roles[seat], self.rng)) or "WAIVE"
-        return "\n".join(self.choose(game.engine, game.roles[seat], self.rng)) or "NONE"
+            return "\n".join(auto_orders(game.engine, power, self.rng)) or "WAIVE"
+        orders = self._planned.pop(key, None) or self.choose(game.engine, power, self.rng)
+        return "\n".join(orders) or "NONE"
 
 
 class HoldBot(_OrderBot):
@@ -268,3 +306,15 @@ class SupportBot(_OrderBot):
     """Supported attacks on neighbouring centers, support holds, greedy steps (seeded ties)."""
 
     choose = staticmethod(support_orders)
+
+
+class GreedyPressBot(GreedyBot):
+    """`greedy`, telling its neighbours its orders in the first press round."""
+
+    announce = True
+
+
+class SupportPressBot(SupportBot):
+    """`support`, telling its neighbours its orders in the first press round."""
+
+    announce = True

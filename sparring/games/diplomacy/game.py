@@ -177,6 +177,8 @@ class DiplomacyGame(Game):
         "random-legal": "sparring.games.diplomacy.bots:RandomLegalBot",
         "greedy": "sparring.games.diplomacy.bots:GreedyBot",
         "support": "sparring.games.diplomacy.bots:SupportBot",
+        "greedy-press": "sparring.games.diplomacy.bots:GreedyPressBot",
+        "support-press": "sparring.games.diplomacy.bots:SupportPressBot",
     }
     default_opponent = "greedy"
     extra_group_keys = ("country", "country_stage", "country_alliance")
@@ -250,6 +252,11 @@ class DiplomacyGame(Game):
         """What the pending seats are asked for now: "press", "orders" (movement) or "adjust"
         (retreats and builds, with `retreats: policy`)."""
         return self._kind
+
+    @property
+    def press_round(self) -> int:
+        """Which press round of the phase is asked for now (1-based; meaningful in "press")."""
+        return self._press_round
 
     @property
     def rewards(self) -> list[float]:

@@ -104,3 +104,58 @@ def test_bench_prints_the_gain_and_its_standard_error_last():
     ).stdout.splitlines()
     names = [line.split()[1] for line in out[-2:]]
     assert names == ["support_bot_gain_over_greedy", "support_bot_gain_over_greedy_se"]
+
+
+@pytest.mark.parametrize("teacher,base", [("greedy-press", "greedy"), ("support-press", "support")])
+def test_press_teachers_tell_neighbours_the_orders_they_then_give(teacher, base):
+    """A game of press teachers in all seven seats: each power's first press round holds
+    `[to POWER]` lines the game accepts, to powers with a unit or center next to the units
+    named, naming its own units' orders; the second round is NONE; the orders round gives
+    exactly the orders announced (every promise kept) and the base bot's orders, so the board
+    ends as the base bots' game does."""
+
+    def play(name: str) -> tuple[DiplomacyGame, list]:
+        game = DiplomacyGame(horizon=1, press=True, stages=["opening"])
+        game.reset(game.generate_state(3))
+        bots = [DiplomacyGame.make_agent(name, seed=seat) for seat in range(7)]
+        said = []
+        while not game.done:
+            for seat in list(game.pending_seats):
+                text = bots[seat].act(game, seat)
+                said.append((game.action_kind, game.press_round, seat, text))
+                assert game.step(seat, text).ok
+        return game, said
+
+    game, said = play(teacher)
+    plain, _ = play(base)
+    assert game.results() == plain.results()
+    first = [(seat, text) for kind, rnd, seat, text in said if kind == "press" and rnd == 1]
+    assert [text for kind, rnd, _, text in said if kind == "press" and rnd > 1] == ["NONE"] * 14
+    orders = [(seat, text) for kind, _, seat, text in said if kind == "orders"]
+    assert len(first) == len(orders) == 14  # 7 powers x 2 movement phases
+    for (seat, text), (_, given) in zip(first, orders, strict=True):
+        lines = text.splitlines()
+        assert 1 <= len(lines) <= 3 and all(line.startswith("[to ") for line in lines), text
+        for line in lines:
+            recipient, body = line[4:].split("] ", 1)
+            assert recipient in ROLES and recipient != ROLES[seat]
+            assert set(body.split("; ")) <= set(given.splitlines())
+    conduct = game.outcome()["conduct"]  # what the strategic evaluator counts
+    for power in ROLES:
+        assert conduct[power]["promises"] == conduct[power]["promises_kept"] > 0
+    assert sum(s.press_sent for s in game.power_stats) >= 14
+
+
+def test_a_press_teacher_tells_only_its_neighbours():
+    """In the opening France's units border England, Germany and Italy's units or centers (not
+    Russia, Turkey or Austria): its announcement goes to those, its army in Marseilles' order
+    to Italy (Piedmont) and its fleet in Brest's to England (Channel)."""
+    from sparring.games.diplomacy.bots import announcement
+
+    engine = Engine()
+    orders = ["F BRE - MAO", "A MAR - PIE", "A PAR - BUR"]
+    lines = announcement(engine, "FRANCE", orders, 3)
+    told = {line[4:].split("]")[0]: line.split("] ")[1].split("; ") for line in lines}
+    assert set(told) <= {"ENGLAND", "GERMANY", "ITALY"} and "ITALY" in told
+    assert "A MAR - PIE" in told["ITALY"] and "A PAR - BUR" in told["GERMANY"]
+    assert len(announcement(engine, "FRANCE", orders, 1)) == 1
