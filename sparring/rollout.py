@@ -69,6 +69,8 @@ class RolloutConfig(BaseModel):
         if self.choose_legal:
             if not hasattr(self.game.cls, "legal_moves"):
                 raise ValueError(f"choose_legal: {self.game.name} does not list its legal moves")
+            if why := self.game.cls.choose_legal_refused(self.game.params):
+                raise ValueError(f"choose_legal: {why}")
             if self.sampling.top_p < 1:
                 raise ValueError("choose_legal scores whole replies; it needs sampling.top_p: 1")
             if self.backend.name != "hf":

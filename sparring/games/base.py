@@ -276,6 +276,12 @@ class Game(ABC):
         """The most turns (`num_turns`) one game with these rule parameters can take."""
 
     @classmethod
+    def choose_legal_refused(cls, params: dict[str, Any]) -> str | None:
+        """Why these rule parameters can't be played by choosing among `legal_moves` (say, too
+        many moves to score each turn), or None. Only games with `legal_moves` are asked."""
+        return None
+
+    @classmethod
     def episode_metrics(cls, plays: list[Play]) -> dict[str, float]:
         """This game's own metrics of some plays, named without a prefix: rollout logs them
         over all the learner's plays (`rollout/<name>`), evaluation over one role's plays at a

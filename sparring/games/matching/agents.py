@@ -28,7 +28,7 @@ import numpy as np
 
 from sparring.games.matching.game import MatchingGame
 from sparring.games.matching.parse import match_name
-from sparring.games.matching.prompt import render_table
+from sparring.games.matching.prompt import render_table, share_message
 from sparring.games.matching.table import best_assignment
 
 
@@ -72,7 +72,7 @@ class ScriptedMatchingAgent:
             return self._propose(game, Knowledge(own, heard, ratio, merged))
         # Share the top cells first, then everything once a plan was rejected.
         limit = None if rejected or mine else (self.max_share or 2 * state["k"])
-        return self._share(own, state, limit)
+        return share_message(state, seat, limit)
 
     def _answer(self, state: dict, merged: np.ndarray, pending: list[int]) -> str:
         """Accept a plan worth `accept_ratio` of the best on the merged table."""
@@ -84,23 +84,6 @@ class ScriptedMatchingAgent:
         """The Hungarian optimum of the merged table."""
         cols, _ = best_assignment(known.merged)
         return game.render_proposal(cols)
-
-    @staticmethod
-    def _share(own: np.ndarray, state: dict, limit: int | None) -> str:
-        cells = [
-            (own[r, p], r, p)
-            for r in range(len(own))
-            for p in range(len(own))
-            if not np.isnan(own[r, p])
-        ]
-        cells.sort(reverse=True)
-        cells = cells[:limit] if limit else cells
-        if not cells:
-            return "[message] I can't see any scores. What do you see?"
-        body = "; ".join(
-            f"{state['reviewers'][r]} {state['papers'][p]} {int(v)}" for v, r, p in cells
-        )
-        return f"[message] {body}"
 
     @staticmethod
     def _heard_cells(chat: list[dict[str, str]], state: dict) -> dict[tuple[int, int], float]:

@@ -23,6 +23,8 @@ Rules (from dialop's code, see docs/games.md):
 
 from __future__ import annotations
 
+import itertools
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -35,7 +37,7 @@ from sparring.games.matching.baselines import (
     random_deal,
 )
 from sparring.games.matching.parse import parse_action
-from sparring.games.matching.prompt import system_prompt
+from sparring.games.matching.prompt import share_message, system_prompt
 from sparring.games.matching.table import generate_state
 from sparring.metrics import SELFPLAY
 
@@ -55,6 +57,10 @@ PRESETS: dict[str, dict[str, Any]] = {
 """Named parameter sets. `dialop`: k=8, dialop's fixed names, a 30-turn cap that counts every
 try (dialop's evaluation loop; a bad try never forfeits before the cap), and the information
 dialop's LLM prompt gives (its own scaled table; the private scale is not mentioned)."""
+
+
+LEGAL_MAX_K = 4
+"""The largest table whose moves `legal_moves` lists (k! = 24 proposals)."""
 
 
 class MatchingConfig(BaseModel):
@@ -143,6 +149,25 @@ class MatchingGame(Game):
             Baseline("no-communication", SELFPLAY, trivial=False, value=no_communication_ceiling),
             Baseline("matching-scripted", SELFPLAY, trivial=False, agent="matching-scripted"),
         )
+
+    @classmethod
+    def choose_legal_refused(cls, params: dict[str, Any]) -> str | None:
+        """Beyond k=4 the k! proposals are too many to score every turn."""
+        k = MatchingConfig(**params).k
+        if k > LEGAL_MAX_K:
+            return (f"matching lists its legal moves up to k={LEGAL_MAX_K} (k! proposals each "
+                    f"turn: {math.factorial(k)} at k={k}); write free text (choose_legal: false)")  # fmt: skip
+        return None
+
+    def legal_moves(self, seat: int) -> list[str]:
+        """The replies `rollout.choose_legal` draws from: with a proposal pending, `[accept]`
+        and `[reject]`; else a message sharing every cell the seat sees (`share_message`, the
+        scripted agent's full share) and each of the k! proposals. What to say is fixed; when
+        to share, which plan to propose and what to accept are the policy's."""
+        if self._proposal is not None:
+            return ["[accept]", "[reject]"]
+        plans = itertools.permutations(range(self.k))
+        return [share_message(self.state, seat)] + [self.render_proposal(list(c)) for c in plans]
 
     def generate_state(self, seed: int) -> dict[str, Any]:
         c = self.cfg

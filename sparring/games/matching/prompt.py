@@ -40,3 +40,16 @@ def system_prompt(state: dict[str, Any], seat: int, mention_scale: bool = True) 
         f"[propose]\n{plan}\n"
         "[accept]"
     )
+
+
+def share_message(state: dict[str, Any], seat: int, limit: int | None = None) -> str:
+    """`[message] Reviewer Paper value; ...`: the cells the seat sees, highest first (the first
+    `limit` of them; all without one), in its own scale."""
+    view, reviewers, papers = state["views"][seat], state["reviewers"], state["papers"]
+    cells = sorted(
+        ((v, r, p) for r, row in enumerate(view) for p, v in enumerate(row) if v is not None),
+        reverse=True,
+    )[:limit]
+    if not cells:
+        return "[message] I can't see any scores. What do you see?"
+    return "[message] " + "; ".join(f"{reviewers[r]} {papers[p]} {int(v)}" for v, r, p in cells)

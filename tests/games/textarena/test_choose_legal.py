@@ -98,14 +98,15 @@ def test_greedy_plays_the_readouts_better_move(tiny_model_dir, tmp_path):
 
 
 def test_choose_legal_needs_listed_moves_and_whole_reply_sampling():
-    """Matching lists no moves; top-p would change which whole replies can be drawn; only the
+    """Diplomacy lists no moves; top-p would change which whole replies can be drawn; only the
     hf engine scores replies."""
-    with pytest.raises(ValueError, match="does not list its legal moves"):
-        RolloutConfig(game={"name": "matching"}, choose_legal=True)
     with pytest.raises(ValueError, match="top_p"):
         RolloutConfig(game=GAME, choose_legal=True, sampling=SamplingParams(top_p=0.9))
     with pytest.raises(ValueError, match="hf engine"):
         RolloutConfig(game=GAME, choose_legal=True, backend={"name": "sglang"})
+    pytest.importorskip("diplomacy")
+    with pytest.raises(ValueError, match="does not list its legal moves"):
+        RolloutConfig(game={"name": "diplomacy"}, choose_legal=True)
 
 
 def test_a_recipe_evaluates_as_it_trains():
