@@ -52,9 +52,9 @@ from sparring.device import pick_device
 from sparring.generation import attention, int8_linear, packed_linear
 from sparring.generation.base import Completion, GenerationBackend, SamplingParams, row_seeds
 from sparring.generation.stops import trim_reply, turn_stop_ids, until_stop
-from sparring.logprobs import token_log_probs
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values, each (H, T, D)
+SCORED_TOKENS = 2048  # padded reply tokens per scoring forward: their logits are kept (fp32)
 
 
 class HFBackend(GenerationBackend):
@@ -175,25 +175,21 @@ class HFBackend(GenerationBackend):
         self, prompts: list[list[int]], replies: list[list[int]], temperature: float
     ) -> list[list[float]]:
         """Each reply's per-token log-probs after its prompt (token ids), teacher-forced at
-        `temperature` (1 when 0, as greedy replies are scored), as the trainer scores them."""
-        out: list[list[float]] = []
-        for start in range(0, len(prompts), self.max_batch_size):
-            pairs = list(zip(prompts, replies, strict=True))[start : start + self.max_batch_size]
-            rows = [p + r for p, r in pairs]
-            width = max(map(len, rows))
-            ids = torch.tensor([r + [self.pad_id] * (width - len(r)) for r in rows])  # (B, T)
-            mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])  # (B, T)
-            scored = torch.zeros(len(rows), width - 1)  # (B, T-1): position t scores t+1
-            for i, (p, r) in enumerate(pairs):
-                scored[i, len(p) - 1 : len(p) + len(r) - 1] = 1
-            temp = torch.full((len(rows),), temperature or 1.0)  # (B,)
-            log_probs, _ = token_log_probs(
-                self.model, *(t.to(self.device) for t in (ids, mask, scored)),
-                temperature=temp.to(self.device),
+        `temperature` (1 when 0, as greedy replies are scored), as the trainer scores them.
+        Each distinct prompt is prefilled once, sharing common prefixes as `generate` does;
+        its replies (say the legal moves of one turn) then run over its keys and values."""
+        temp = temperature or 1.0
+        distinct = list(dict.fromkeys(map(tuple, prompts)))
+        which = {p: i for i, p in enumerate(distinct)}
+        row = [which[tuple(p)] for p in prompts]
+        with int8_linear.full_precision():
+            last, kvs = self._prefill([list(p) for p in distinct], [([], None)] * len(distinct))
+            first = torch.log_softmax(last.float() / temp, -1)  # (P, V) at each prompt's end
+            rest = self._teacher_forced(
+                [(prompts[i], kvs[row[i]]) for i in range(len(prompts))],
+                [r[:-1] for r in replies], [r[1:] for r in replies], temp,
             )  # fmt: skip
-            out += [log_probs[i, len(p) - 1 : len(p) + len(r) - 1].tolist()
-                    for i, (p, r) in enumerate(pairs)]  # fmt: skip
-        return out
+        return [[float(first[row[i], r[0]]), *rest[i]] for i, r in enumerate(replies)]
 
     def release(self, sessions: list[str]) -> None:
         for s in sessions:
@@ -206,9 +202,11 @@ class HFBackend(GenerationBackend):
             torch.cuda.empty_cache()
 
     # ---- one batch -------------------------------------------------------------------------
-    def _forward(self, **kw) -> torch.Tensor:
+    def _forward(self, every_position: bool = False, **kw) -> torch.Tensor:
+        """The last position's fp32 logits (B, V), or every position's (B, T, V)."""
         t0 = time.perf_counter()
-        logits = self.model(**kw, use_cache=True, logits_to_keep=1).logits[:, -1].float()  # (B, V)
+        out = self.model(**kw, use_cache=True, logits_to_keep=0 if every_position else 1).logits
+        logits = out.float() if every_position else out[:, -1].float()
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         self.forward_seconds += time.perf_counter() - t0
@@ -305,28 +303,68 @@ class HFBackend(GenerationBackend):
         logits: list[torch.Tensor | None] = [None] * len(prompts)
         kvs: list[KV | None] = [None] * len(prompts)
         for group in _groups([len(n) for n in new], past, self.prefill_tokens, self.key_cost):
-            lmax, nmax = max(past[i] for i in group), max(len(new[i]) for i in group)
-            mask = torch.zeros(len(group), lmax + nmax, dtype=torch.long)  # (G, Lmax + Nmax)
-            input_ids = torch.full((len(group), nmax), self.pad_id, dtype=torch.long)
-            position_ids = torch.zeros(len(group), nmax, dtype=torch.long)  # (G, Nmax)
-            for row, i in enumerate(group):
-                toks = new[i]
-                mask[row, lmax - past[i] : lmax] = 1
-                mask[row, lmax + nmax - len(toks) :] = 1
-                input_ids[row, nmax - len(toks) :] = torch.tensor(toks)
-                position_ids[row, nmax - len(toks) :] = torch.arange(past[i], past[i] + len(toks))
-            cache = self._batch_cache([cached[i][1] for i in group], [past[i] for i in group], lmax)
-            out = self._forward(
-                input_ids=input_ids.to(self.device),
-                past_key_values=cache,
-                attention_mask=mask.to(self.device),
-                position_ids=position_ids.to(self.device),
-            )
+            out, cache, lmax, nmax = self._group_forward(group, cached, new)
             for row, i in enumerate(group):  # the row's cached prefix, then its new tokens
                 logits[i] = out[row]
                 spans = [(lmax - past[i], lmax), (lmax + nmax - len(new[i]), lmax + nmax)]
                 kvs[i] = _row_kv(cache, row, spans)
         return torch.stack(logits), kvs
+
+    def _group_forward(
+        self,
+        group: list[int],
+        cached: list[tuple[list[int], KV | None]],
+        new: list[list[int]],
+        every_position: bool = False,
+    ) -> tuple[torch.Tensor, Cache, int, int]:
+        """One forward of rows `group`: each row's `new` tokens after its cached prefix, as
+        `[pad..., cached prefix (L_i) | pad..., new tokens (n_i)]` with a 2-D mask and explicit
+        position ids. Returns the last position's logits (G, V), or with `every_position` each
+        new position's (G, Nmax, V), the group's cache, Lmax and Nmax."""
+        past = [len(cached[i][0]) for i in group]
+        lmax, nmax = max(past), max(len(new[i]) for i in group)
+        mask = torch.zeros(len(group), lmax + nmax, dtype=torch.long)  # (G, Lmax + Nmax)
+        input_ids = torch.full((len(group), nmax), self.pad_id, dtype=torch.long)
+        position_ids = torch.zeros(len(group), nmax, dtype=torch.long)  # (G, Nmax)
+        for row, (i, n) in enumerate(zip(group, past, strict=True)):
+            toks = new[i]
+            mask[row, lmax - n : lmax] = 1
+            mask[row, lmax + nmax - len(toks) :] = 1
+            input_ids[row, nmax - len(toks) :] = torch.tensor(toks)
+            position_ids[row, nmax - len(toks) :] = torch.arange(n, n + len(toks))
+        cache = self._batch_cache([cached[i][1] for i in group], past, lmax)
+        out = self._forward(
+            input_ids=input_ids.to(self.device),
+            past_key_values=cache,
+            attention_mask=mask.to(self.device),
+            position_ids=position_ids.to(self.device),
+            every_position=every_position,
+        )
+        return out, cache, lmax, nmax
+
+    def _teacher_forced(
+        self,
+        cached: list[tuple[list[int], KV]],
+        inputs: list[list[int]],
+        targets: list[list[int]],
+        temperature: float,
+    ) -> list[list[float]]:
+        """log p(targets[i][t] | cached prefix, inputs[i][: t + 1]) at `temperature`, per row:
+        the rows' `inputs` fed after their cached prefixes, grouped as prefill groups."""
+        out: list[list[float]] = [[] for _ in inputs]
+        todo = [i for i, toks in enumerate(inputs) if toks]
+        past = [len(cached[i][0]) for i in todo]
+        budget = min(self.prefill_tokens, SCORED_TOKENS)  # each new position keeps its logits
+        for group in _groups([len(inputs[i]) for i in todo], past, budget, self.key_cost):
+            rows = [todo[g] for g in group]
+            logits, _, _, nmax = self._group_forward(rows, cached, inputs, every_position=True)
+            for row, i in enumerate(rows):  # its new tokens are the last len(inputs[i])
+                n = len(inputs[i])
+                lp = torch.log_softmax(logits[row, nmax - n :] / temperature, -1)  # (n, V)
+                out[i] = lp.gather(-1, torch.tensor(targets[i], device=lp.device)[:, None])[
+                    :, 0
+                ].tolist()
+        return out
 
     def _share_prefixes(
         self, prompts: list[list[int]], cached: list[tuple[list[int], KV | None]]

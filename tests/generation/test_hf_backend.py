@@ -317,3 +317,26 @@ def test_a_decode_batch_over_the_cap_still_runs_and_caches_nothing(
     got = [c.token_ids for c in tight.generate(prompts, GREEDY, ["a", "b"])]
     assert got == [reference(p) for p in prompts]
     assert tight._sessions == {}
+
+
+@pytest.mark.parametrize("prefill_tokens", [1, 100_000])
+def test_scored_replies_match_a_full_forward_and_prompts_prefill_once(
+    sharp_model, prompts, tokenizer, prefill_tokens
+):
+    """`score`, as `choose` calls it (each prompt's replies next to each other, replies of one
+    token and of several): every reply token's log-prob at temperature 0.7 equals a plain
+    forward over prompt + reply, and each distinct prompt is prefilled once, however many
+    replies it has and however prefill is grouped."""
+    model = AutoModelForCausalLM.from_pretrained(sharp_model).eval()
+    texts = ["[bet]", "[check]", "A PAR - BUR\nF BRE - MAO"]
+    replies = [tokenizer.encode(t, add_special_tokens=False) for t in texts] + [[7]]
+    flat = [(p, r) for p in prompts for r in replies]
+    backend = HFBackend(sharp_model, device="cpu", prefill_tokens=prefill_tokens)
+    got = backend.score([p for p, _ in flat], [r for _, r in flat], 0.7)
+    assert backend.prefilled_tokens == sum(map(len, prompts))
+    with torch.inference_mode():
+        for (prompt, reply), scores in zip(flat, got, strict=True):
+            logits = model(input_ids=torch.tensor([prompt + reply])).logits[0].float()
+            lp = torch.log_softmax(logits[len(prompt) - 1 : -1] / 0.7, -1)  # (len(reply), V)
+            want = lp.gather(-1, torch.tensor(reply)[:, None])[:, 0]
+            assert scores == pytest.approx(want.tolist(), abs=1e-4)
