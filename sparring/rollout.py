@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -59,10 +59,13 @@ class RolloutConfig(BaseModel):
     max_live_games: int | None = Field(None, ge=1)
     """Games in flight at once (None = all). Bounds the engine's KV cache: e.g. 64 keeps
     SmolLM2-135M's matching games (2 seats of <= ~1,200 tokens) inside HFBackend's 8 GiB."""
-    choose_legal: bool = False
+    choose_legal: bool | Literal["by_kind"] = False
     """Model seats answer with one of the game's legal moves (`legal_moves(seat)`), drawn in
     proportion to the probability that sampling writes exactly it (the engine's `choose`),
-    instead of free text: no malformed replies. For games with a short list of moves."""
+    instead of free text: no malformed replies. For games with a short list of moves.
+    "by_kind" draws a move's kind (its first word, say `[message]` or `[propose]`) by the
+    probability of writing that word, then the move of that kind by the rest of its text: a
+    long move is not drawn less often only for being long."""
 
     @model_validator(mode="after")
     def _check(self) -> RolloutConfig:
@@ -309,7 +312,7 @@ def _model_turns(
         seeds = [session_seed(sampling.seed * 100_003 + lg.steps, lg.session(s)) for lg, s in asked]
     if cfg.choose_legal:
         moves = [lg.game.legal_moves(seat) for lg, seat in asked]
-        replies = backend.choose(prompts, moves, sampling, seeds)
+        replies = backend.choose(prompts, moves, sampling, seeds, cfg.choose_legal == "by_kind")
     else:
         replies = backend.generate(prompts, sampling, sessions, seeds)
     for (lg, seat), out in zip(asked, replies, strict=True):

@@ -92,11 +92,14 @@ class GenerationBackend(ABC):
         options: list[list[str]],
         params: SamplingParams,
         seeds: list[int | None] | None = None,
+        by_kind: bool = False,
     ) -> list[Completion]:
         """For each prompt (token ids), one of its `options` (reply texts, each followed by
         the end-of-turn token), drawn in proportion to the probability that sampling at
         `params.temperature` writes exactly it (greedy: the likeliest), with its ids and
-        log-probs as `generate` returns them. Only an engine that scores replies
+        log-probs as `generate` returns them. With `by_kind`, first an option's kind (its
+        first word) by the probability of writing the tokens that spell it, then an option of
+        that kind by the probability of the rest. Only an engine that scores replies
         teacher-forced can (`rollout.choose_legal`)."""
         raise NotImplementedError(
             f"the {self.name} engine can't choose among legal moves (rollout.choose_legal); "

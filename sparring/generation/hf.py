@@ -151,6 +151,7 @@ class HFBackend(GenerationBackend):
         options: list[list[str]],
         params: SamplingParams,
         seeds: list[int | None] | None = None,
+        by_kind: bool = False,
     ) -> list[Completion]:
         seeds = seeds or row_seeds(params.seed, len(prompts))
         eos = self.tokenizer.eos_token_id
@@ -158,17 +159,43 @@ class HFBackend(GenerationBackend):
                    for opts in options]  # fmt: skip
         flat = [(p, r) for p, rs in zip(prompts, replies, strict=True) for r in rs]
         scores = iter(self.score([p for p, _ in flat], [r for _, r in flat], params.temperature))
-        uniforms = _uniforms(seeds, 1)  # (B, 1)
+        uniforms = _uniforms(seeds, 2)  # (B, 2): the kind's draw, then the option's
         out = []
         for i, (texts, ids) in enumerate(zip(options, replies, strict=True)):
             log_probs = [next(scores) for _ in ids]
-            totals = torch.tensor([sum(lp) for lp in log_probs])  # (options,)
-            k = int(totals.argmax()) if params.temperature == 0 else (
-                int(sample_tokens(totals[None], uniforms[i])[0])
-            )  # fmt: skip
+            cut = [
+                self._kind_tokens(t, r) if by_kind else 0 for t, r in zip(texts, ids, strict=True)
+            ]
+            heads = [sum(lp[:c]) for lp, c in zip(log_probs, cut, strict=True)]
+            kinds = {
+                t.split(maxsplit=1)[0] if by_kind else "": h
+                for t, h in zip(texts, heads, strict=True)
+            }
+            names = list(kinds)  # each kind's head: its first option's, the same tokens
+            kind = names[self._draw(torch.tensor(list(kinds.values())), params, uniforms[i, 0])]
+            picks = [
+                j for j, t in enumerate(texts) if not by_kind or t.split(maxsplit=1)[0] == kind
+            ]
+            rest = torch.tensor([sum(log_probs[j][cut[j] :]) for j in picks])  # (options of kind,)
+            k = picks[self._draw(rest, params, uniforms[i, 1])]
             self.generated_tokens += len(ids[k])
             out.append(Completion(ids[k], texts[k], "stop", log_probs[k]))
         return out
+
+    @staticmethod
+    def _draw(log_weights: torch.Tensor, params: SamplingParams, uniform: torch.Tensor) -> int:
+        """An index drawn in proportion to exp(`log_weights`) (greedy: the largest)."""
+        if params.temperature == 0 or len(log_weights) == 1:
+            return int(log_weights.argmax())
+        return int(sample_tokens(log_weights[None], uniform[None])[0])
+
+    def _kind_tokens(self, text: str, ids: list[int]) -> int:
+        """How many of `ids` (`text`'s tokens) it takes to spell its first word."""
+        word = text.split(maxsplit=1)[0]
+        for n in range(1, len(ids) + 1):
+            if len(self.tokenizer.decode(ids[:n]).lstrip()) >= len(word):
+                return n
+        return len(ids)
 
     @torch.inference_mode()
     def score(

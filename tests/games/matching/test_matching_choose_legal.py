@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+import torch
 
 from sparring.game_init import GameInitConfig, write_inits
 from sparring.games import make_game
@@ -68,3 +69,38 @@ def test_the_tiny_model_choosing_plays_only_listed_replies(tiny_model_dir, tmp_p
         assert game.done and sum(ep.invalid_actions) == 0 and ep.rewards == game.rewards
         assert ep.outcome["agreed"] or len(ep.transcript) == 8
     assert {"[message]", "[propose]"} <= kinds
+
+
+def test_by_kind_draws_the_kind_by_its_first_word_then_the_move(tiny_model_dir):
+    """`choose_legal: by_kind`: over 600 draws from one k=3 turn, each kind ([message] or
+    [propose]) comes up as often as the probability of the tokens spelling its word says, and
+    within [propose] each plan as often as the rest of its text says; by whole text, the
+    30-token share is drawn as often as its whole probability says. The chosen reply's
+    log-probs are its tokens' own."""
+    from sparring.generation.hf import HFBackend
+
+    backend = HFBackend(str(tiny_model_dir), device="cpu")
+    game = make_game("matching", k=3, random_names=False)
+    game.reset(game.generate_state(0))
+    prompt = list(backend.tokenizer.apply_chat_template(
+        game.messages(0), add_generation_prompt=True, return_dict=True)["input_ids"])  # fmt: skip
+    moves = game.legal_moves(0)
+    ids = [backend.tokenizer.encode(m, add_special_tokens=False) + [backend.tokenizer.eos_token_id]
+           for m in moves]  # fmt: skip
+    scores = backend.score([prompt] * len(moves), ids, 1.0)
+    cut = [backend._kind_tokens(m, i) for m, i in zip(moves, ids, strict=True)]
+    head = {m.split()[0]: sum(s[:c]) for m, s, c in zip(moves, scores, cut, strict=True)}
+    p_kind = torch.softmax(torch.tensor(list(head.values())), 0)  # [message], [propose]
+    rest = [sum(s[c:]) for s, c in zip(scores[1:], cut[1:], strict=True)]  # the 6 plans
+    plans = torch.softmax(torch.tensor(rest), 0)
+    whole = torch.softmax(torch.tensor([sum(s) for s in scores]), 0)
+    n = 600
+    params = SamplingParams(temperature=1.0, seed=3)
+    for by_kind in (True, False):
+        drawn = backend.choose([prompt] * n, [moves] * n, params, None, by_kind)
+        counts = torch.tensor([sum(d.text == m for d in drawn) for m in moves], dtype=torch.float)
+        want = torch.cat([p_kind[:1], p_kind[1] * plans]) if by_kind else whole
+        assert torch.allclose(counts / n, want, atol=4 * (0.25 / n) ** 0.5), (by_kind, counts, want)
+        for d in drawn[:5]:
+            assert d.log_probs == pytest.approx(scores[moves.index(d.text)], abs=1e-4)
+    RolloutConfig(game=GAME, choose_legal="by_kind")
