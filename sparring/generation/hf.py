@@ -163,19 +163,17 @@ class HFBackend(GenerationBackend):
         out = []
         for i, (texts, ids) in enumerate(zip(options, replies, strict=True)):
             log_probs = [next(scores) for _ in ids]
+            kind_of = [t.split(maxsplit=1)[0] if by_kind else "" for t in texts]
             cut = [
                 self._kind_tokens(t, r) if by_kind else 0 for t, r in zip(texts, ids, strict=True)
             ]
-            heads = [sum(lp[:c]) for lp, c in zip(log_probs, cut, strict=True)]
-            kinds = {
-                t.split(maxsplit=1)[0] if by_kind else "": h
-                for t, h in zip(texts, heads, strict=True)
-            }
-            names = list(kinds)  # each kind's head: its first option's, the same tokens
-            kind = names[self._draw(torch.tensor(list(kinds.values())), params, uniforms[i, 0])]
-            picks = [
-                j for j, t in enumerate(texts) if not by_kind or t.split(maxsplit=1)[0] == kind
+            heads: dict[str, float] = {}  # each kind: the log-prob of the tokens spelling it
+            for kind, lp, c in zip(kind_of, log_probs, cut, strict=True):
+                heads.setdefault(kind, sum(lp[:c]))
+            kind = list(heads)[
+                self._draw(torch.tensor(list(heads.values())), params, uniforms[i, 0])
             ]
+            picks = [j for j, other in enumerate(kind_of) if other == kind]
             rest = torch.tensor([sum(log_probs[j][cut[j] :]) for j in picks])  # (options of kind,)
             k = picks[self._draw(rest, params, uniforms[i, 1])]
             self.generated_tokens += len(ids[k])
