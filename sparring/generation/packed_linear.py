@@ -14,6 +14,7 @@ changed in place.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Collection
 
 import torch
@@ -39,12 +40,27 @@ def available() -> bool:
     )
 
 
+@functools.cache
+def bf16_available() -> bool:
+    """oneDNN packs bf16 weights on this CPU: it needs AVX512 (BW, VL, DQ) or AVX-NE-CONVERT,
+    and refuses on a CPU with AVX2 only."""
+    if not available():
+        return False
+    try:
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(8, 8, dtype=torch.bfloat16))
+    except RuntimeError:
+        return False
+    return True
+
+
 def pack_linears(model: nn.Module) -> int:
-    """Replace every fp32 or bf16 `nn.Linear` of a CPU `model` by a `PackedLinear`, in place;
-    returns how many. Does nothing (returns 0) where oneDNN is unavailable."""
+    """Replace every fp32 `nn.Linear` of a CPU `model`, and every bf16 one where oneDNN packs
+    bf16 here (`bf16_available`), by a `PackedLinear`, in place; returns how many. Does
+    nothing (returns 0) where oneDNN is unavailable."""
     if not available():
         return 0
-    return replace_linears(model, PackedLinear, dtypes=(torch.float32, torch.bfloat16))
+    dtypes = (torch.float32, torch.bfloat16) if bf16_available() else (torch.float32,)
+    return replace_linears(model, PackedLinear, dtypes=dtypes)
 
 
 def replace_linears(

@@ -42,16 +42,35 @@ def test_pack_linears_swaps_every_fp32_linear_and_keeps_the_logits(tiny_model_di
 
 
 def test_pack_linears_packs_fp32_and_bf16_and_leaves_other_dtypes_alone():
+    """bf16 only where oneDNN packs it (AVX-512 or AVX-NE-CONVERT); on an AVX2 CPU the bf16
+    layer stays a plain `nn.Linear` and still computes."""
     model = nn.Sequential(
         nn.Linear(8, 8).to(torch.float16), nn.Linear(8, 8).to(torch.bfloat16), nn.Linear(8, 8)
     )
     x = torch.randn(3, 8)
     want = model[2](model[1](x.bfloat16()).float())
-    assert packed_linear.pack_linears(model) == 2
+    bf16 = packed_linear.bf16_available()
+    assert packed_linear.pack_linears(model) == 1 + bf16
     assert type(model[0]) is nn.Linear
-    assert {type(m) for m in model[1:]} == {packed_linear.PackedLinear}
+    assert type(model[1]) is (packed_linear.PackedLinear if bf16 else nn.Linear)
+    assert type(model[2]) is packed_linear.PackedLinear
     with torch.inference_mode():
         torch.testing.assert_close(model[2](model[1](x.bfloat16()).float()), want)
+
+
+def test_bf16_packing_is_refused_exactly_where_onednn_refuses_it(monkeypatch):
+    """`bf16_available` is oneDNN's own answer: a refusal (as on an AVX2 CPU) turns it off."""
+    packed_linear.bf16_available.cache_clear()
+    monkeypatch.setattr(packed_linear, "available", lambda: True)
+
+    def refuse(weight):
+        raise RuntimeError("mkldnn_reorder_linear_weight: bf16 path needs the cpu support")
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", refuse)
+    try:
+        assert not packed_linear.bf16_available()
+    finally:
+        packed_linear.bf16_available.cache_clear()
 
 
 def test_packed_smollm2_greedy_tokens_are_plain_transformers_argmaxes(smollm2_dir):
