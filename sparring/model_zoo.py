@@ -225,13 +225,20 @@ def convert(gguf_file: Path, out: Path) -> int:
             "converting a GGUF model needs the `gguf` package: pip install 'sparring[gguf]'"
         ) from e
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, TokenizersBackend
 
+    # Each transformers loader parses the whole file, vocabulary included (about 5 s for
+    # SmolLM2), and the Auto classes parse it once more for the config: read the config once
+    # and build the tokenizer's class (AutoTokenizer's choice for a GGUF) directly, so the file
+    # is parsed 3 times instead of 4.
     folder, name = str(gguf_file.parent), gguf_file.name
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    config = AutoConfig.from_pretrained(folder, gguf_file=name)
+    tokenizer = TokenizersBackend.from_pretrained(folder, gguf_file=name)
     if not tokenizer.chat_template:
         raise ModelFetchError(f"{name} carries no chat template; it can't be used for chat")
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(
+        folder, gguf_file=name, config=config, dtype=torch.float32
+    )
     # transformers 5.17 marks a model read from GGUF as quantized ("gguf") and refuses to save
     # it, though its weights are dequantised float32 by now: drop the marker and its config.
     model.hf_quantizer = None
