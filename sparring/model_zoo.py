@@ -225,7 +225,12 @@ def convert(gguf_file: Path, out: Path) -> int:
             "converting a GGUF model needs the `gguf` package: pip install 'sparring[gguf]'"
         ) from e
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, TokenizersBackend
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:  # transformers 5: the class AutoTokenizer picks for a GGUF, without its config parse
+        from transformers import TokenizersBackend as Tokenizer
+    except ImportError:  # transformers 4 (the pyproject allows it)
+        from transformers import AutoTokenizer as Tokenizer
 
     # Each transformers loader parses the whole file, vocabulary included (about 5 s for
     # SmolLM2), and the Auto classes parse it once more for the config: read the config once
@@ -233,7 +238,7 @@ def convert(gguf_file: Path, out: Path) -> int:
     # is parsed 3 times instead of 4.
     folder, name = str(gguf_file.parent), gguf_file.name
     config = AutoConfig.from_pretrained(folder, gguf_file=name)
-    tokenizer = TokenizersBackend.from_pretrained(folder, gguf_file=name)
+    tokenizer = Tokenizer.from_pretrained(folder, gguf_file=name)
     if not tokenizer.chat_template:
         raise ModelFetchError(f"{name} carries no chat template; it can't be used for chat")
     model = AutoModelForCausalLM.from_pretrained(
