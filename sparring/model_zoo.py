@@ -232,10 +232,8 @@ def convert(gguf_file: Path, out: Path) -> int:
     except ImportError:  # transformers 4 (the pyproject allows it)
         from transformers import AutoTokenizer as Tokenizer
 
-    # Each transformers loader parses the whole file, vocabulary included (about 5 s for
-    # SmolLM2), and the Auto classes parse it once more for the config: read the config once
-    # and build the tokenizer's class (AutoTokenizer's choice for a GGUF) directly, so the file
-    # is parsed 3 times instead of 4.
+    # Each loader parses the whole file, vocabulary included (about 5 s for SmolLM2):
+    # reading the config once for the model parses it 3 times instead of 4.
     folder, name = str(gguf_file.parent), gguf_file.name
     config = AutoConfig.from_pretrained(folder, gguf_file=name)
     tokenizer = Tokenizer.from_pretrained(folder, gguf_file=name)
