@@ -233,7 +233,8 @@ def convert(gguf_file: Path, out: Path) -> int:
         from transformers import AutoTokenizer as Tokenizer
 
     # Each loader parses the whole file, vocabulary included (about 5 s for SmolLM2):
-    # reading the config once for the model parses it 3 times instead of 4.
+    # reading the config once for the model parses it 3 times instead of 4 (on transformers 4
+    # AutoTokenizer parses it for its config too).
     folder, name = str(gguf_file.parent), gguf_file.name
     config = AutoConfig.from_pretrained(folder, gguf_file=name)
     tokenizer = Tokenizer.from_pretrained(folder, gguf_file=name)
