@@ -327,12 +327,15 @@ def optimize(
     carry: dict[str, Any] | None = None,
     span: int = 1,
     by_length: bool = True,
+    update: int = 0,
 ) -> dict[str, float]:
     """AdamW steps over the mini-batches in `plan`, accumulating grads over micro-batches.
 
     `carry`, when given, is the optimizer state to continue (`{"optimizer": AdamW state,
     "step": steps taken}`, empty for a first update) and receives the state after the last
-    step; a cosine schedule then spans `span` updates of `len(plan)` steps.
+    step; a cosine schedule then spans `span` updates of `len(plan)` steps. Without `carry` a
+    fresh AdamW takes the `update % span`-th share of that schedule (`update`: this update's
+    index in the run), so a schedule over the run also anneals LoRA updates.
 
     `micro_loss(model, micro_batch, rows, actor_cfg)` returns (loss, diagnostics). Losses are
     aggregated with verl's `agg_loss` against the whole mini-batch (`actor_cfg`, a verl
@@ -348,6 +351,8 @@ def optimize(
     if carry:
         opt.load_state_dict(carry["optimizer"])
         start = int(carry["step"])
+    elif carry is None:  # fresh: where this update's steps lie in the run's schedule
+        start = (update % span) * len(plan)
 
     def lr_factor(step: int) -> float:
         done = min((start + step) / (len(plan) * span), 1.0)
@@ -355,7 +360,7 @@ def optimize(
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
     sums: dict[str, float] = {}
-    weight, tokens, losses, norms = 0.0, 0, [], []
+    weight, tokens, losses, norms, lrs = 0.0, 0, [], [], []
     t0 = time.perf_counter()
     bar = tqdm(plan, desc=desc, unit="step")
     for step, mini in enumerate(bar):
@@ -377,6 +382,7 @@ def optimize(
         grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         if not torch.isfinite(grad_norm):
             raise FloatingPointError(f"grad norm is {grad_norm}; lower lr ({cfg.lr}) or check data")
+        lrs.append(opt.param_groups[0]["lr"])  # the step's, before the schedule moves on
         opt.step()
         sched.step()
         losses.append(loss_sum)
@@ -388,7 +394,7 @@ def optimize(
             on_step(
                 step,
                 {k: v / max(step_weight, 1.0) for k, v in step_sums.items()}
-                | {"loss": loss_sum, "grad_norm": norms[-1]}
+                | {"loss": loss_sum, "grad_norm": norms[-1], "lr": lrs[-1]}
                 | {"tokens_per_second": step_tokens / (time.perf_counter() - t_step)},
             )
         bar.set_postfix(loss=f"{loss_sum:.4f}", grad_norm=f"{norms[-1]:.3f}")
@@ -398,6 +404,7 @@ def optimize(
     return {
         **{f"train/{k}": v / max(weight, 1.0) for k, v in sums.items()},
         "train/loss": float(np.mean(losses)),
+        "train/lr": float(np.mean(lrs)),  # the update's mean step size (lr_schedule)
         "train/grad_norm": float(np.mean(norms)),
         "train/optimizer_steps": float(len(plan)),
         "perf/train_seconds": seconds,
@@ -588,10 +595,12 @@ def grpo_update(
     carry: dict[str, Any] | None = None,
     labels: list[Any] | None = None,
     roles: list[str] | None = None,
+    update: int = 0,
 ) -> dict[str, float]:
     """Steps 2, 3, 5 and 6's mismatch on a loaded model: old/ref log-probs, then PPO epochs
     over mini-batches balanced by `labels` (the rows' `balance_by` values) if given, with the
-    transfer loss over the rows' `roles` when `cfg.transfer_weight` > 0. Returns metrics."""
+    transfer loss over the rows' `roles` when `cfg.transfer_weight` > 0; `update` is this
+    update's index in the run (the lr schedule's place, see `optimize`). Returns metrics."""
     if cfg.transfer_weight and roles is None:
         raise ValueError("transfer_weight > 0 needs the rows' roles (train.transfer_roles)")
     plan = schedule(len(batch), cfg, labels)
@@ -675,8 +684,9 @@ def grpo_update(
         ),
         on_step,
         carry,
-        cfg.lr_schedule_updates if carry is not None else 1,
+        cfg.lr_schedule_updates,
         by_length=not cfg.transfer_weight,  # the transfer loss pairs rows within a micro-batch
+        update=update,
     )
     metrics["perf/log_prob_pass_seconds"] = passes  # steps 2 and 3, part of the update's time
     metrics["perf/train_seconds"] += passes
@@ -725,6 +735,7 @@ def train(
     device: str = "auto",
     optimizer_in: str | Path | None = None,
     optimizer_out: str | Path | None = None,
+    update: int = 0,
 ) -> TrainStats:
     """One GRPO update of `model_path` on rollout samples, on `device` (cpu, cuda, cuda:N or
     auto); writes a checkpoint to `out_dir`.
@@ -732,7 +743,8 @@ def train(
     The reference policy for KL is `ref_model_path` if given, else `model_path` itself;
     `on_step` sees every optimizer step's metrics (see `optimize`). With `optimizer_state:
     carry`, AdamW continues from `optimizer_in` (the previous update's `optimizer_out`; none
-    for a first update) and its state is written to `optimizer_out`.
+    for a first update) and its state is written to `optimizer_out`. `update` (iteration −
+    first_iteration) places a fresh AdamW's steps in a schedule over `lr_schedule_updates`.
     """
     cfg = cfg or GRPOConfig()
     if ref_model_path is not None and cfg.kl_coef == 0:
@@ -761,7 +773,7 @@ def train(
         ref_model = load_model(ref_model_path, device, trainable=False, cfg=cfg)
     carry = load_optimizer(optimizer_in) if cfg.optimizer_state == "carry" else None
     metrics |= grpo_update(
-        model, batch, advantages, cfg, device, ref_model, on_step, carry, labels, roles
+        model, batch, advantages, cfg, device, ref_model, on_step, carry, labels, roles, update
     )
     if carry is not None and optimizer_out is not None:
         save_optimizer(carry, optimizer_out)

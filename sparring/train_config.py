@@ -107,7 +107,8 @@ class GRPOConfig(OptimConfig):
     # fresh: a new AdamW (and lr schedule) every update. carry: AdamW's moments and the
     # schedule's step continue from the previous update (`optimizer.pt`, stored beside the
     # checkpoint and never registered); the cosine schedule then spans `lr_schedule_updates`
-    # updates (a recipe sets its iterations). Full fine-tuning only, for now.
+    # updates (a recipe sets its iterations). Full fine-tuning only, for now. With fresh and
+    # lr_schedule_updates N > 1, update k takes the (k mod N)-th share of one schedule.
     optimizer_state: Literal["fresh", "carry"] = "fresh"
     lr_schedule_updates: int = Field(1, ge=1)
     # Rollout correction, verl's `algorithm.rollout_correction` by name and meaning (defaults

@@ -3,6 +3,8 @@ next through a file beside the checkpoint; a retry or a resume continues from th
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from sample_frames import make_samples
@@ -73,3 +75,26 @@ def test_carry_spans_the_runs_schedule_and_needs_full_fine_tuning():
     assert cfg.train.lr_schedule_updates == 5
     with pytest.raises(ValueError, match="full fine-tuning"):
         GRPOConfig(optimizer_state="carry", lora_rank=8)
+
+
+def test_a_fresh_adamw_takes_its_updates_share_of_a_schedule_over_the_run(
+    tiny_model_dir, samples, tmp_path
+):
+    """LoRA can't carry AdamW, but a cosine schedule over the run still anneals its updates:
+    update k of N runs at the k-th share of the schedule; N = 1 restarts it every update."""
+
+    def lrs(span, update):
+        cfg = GRPOConfig(mini_batch_size=4, micro_batch_size=4, lr=1e-3, lr_schedule="cosine",
+                         lr_schedule_updates=span)  # fmt: skip
+        seen = []
+        train(tiny_model_dir, [samples], tmp_path / f"{span}-{update}", cfg,
+              on_step=lambda step, m: seen.append(m["lr"]), device="cpu", update=update)  # fmt: skip
+        return seen
+
+    # 2 steps an update (8 rows, mini-batches of 4): update 0 of 4 at 1 and cos(pi/8)-ish,
+    # update 3 at the schedule's last quarter
+    assert lrs(4, 0) == pytest.approx([1e-3, 1e-3 * 0.5 * (1 + math.cos(math.pi / 8))])
+    assert lrs(4, 3) == pytest.approx(
+        [1e-3 * 0.5 * (1 + math.cos(math.pi * k / 8)) for k in (6, 7)]
+    )
+    assert lrs(1, 3) == lrs(1, 0) == pytest.approx([1e-3, 0.5e-3])  # a schedule per update

@@ -114,7 +114,7 @@ def test_champion_loads_through_the_server_alone(cfg, mlflow_server, s3_server, 
     child = PipelineRun.attach(parent, cfg.tracking).iteration_run(0)
 
     # live curve: one point per optimizer step, logged by the train step itself
-    for name in ("loss", "grad_norm", "entropy", "pg_clipfrac", "tokens_per_second"):
+    for name in ("loss", "grad_norm", "lr", "entropy", "pg_clipfrac", "tokens_per_second"):
         assert [m.step for m in client.get_metric_history(child, f"train_step/{name}")] == [0, 1]
 
     done = tasks.register(cfg, parent, run, 0, str(trained), EVALS, kfp_run_id="kfp-run-1")

@@ -197,6 +197,7 @@ def test_checkpoint_loads_back_with_metrics(tiny_model_dir, tokenizer, tmp_path)
         "train/kl",
         "train/entropy",
         "train/grad_norm",
+        "train/lr",
         "perf/train_tokens_per_second",
         "train/init/adv_std",
         "train/game/frac_reward_zero_std",

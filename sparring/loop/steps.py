@@ -169,16 +169,18 @@ def grpo_step(
     device: str = "auto",
     optimizer_in: str | Path | None = None,
     optimizer_out: str | Path | None = None,
+    update: int = 0,
 ) -> Step:
-    """3. One GRPO update; on no signal the checkpoint (and optimizer state) are copied
-    unchanged."""
+    """3. One GRPO update (the run's `update`-th); on no signal the checkpoint (and optimizer
+    state) are copied unchanged."""
     from sparring.train import NoSignalError, train
 
     ref = ref_model_dir if cfg is not None and cfg.kl_coef > 0 else None
     try:
         stats = train(
-            model_dir, [samples], out_dir, cfg, ref, on_step, device, optimizer_in, optimizer_out
-        )
+            model_dir, [samples], out_dir, cfg, ref, on_step, device, optimizer_in, optimizer_out,
+            update,
+        )  # fmt: skip
     except NoSignalError as err:  # every group tied: no gradient, so the policy stays as it was
         print(f"[sparring] train: no learning signal, checkpoint unchanged ({err})", flush=True)
         shutil.copytree(model_dir, out_dir, dirs_exist_ok=True)

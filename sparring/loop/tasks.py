@@ -262,7 +262,7 @@ def train(
     with heap.PeakRSS() as peak:
         trained = steps.grpo_step(
             model_dir, samples, out_dir, cfg.train, ref_model_dir, on_step, cfg.device,
-            optimizer_in, optimizer_out,
+            optimizer_in, optimizer_out, iteration - cfg.first_iteration,
         )  # fmt: skip
     return trained.metrics | {PEAK_RSS.format("train"): peak.gib}
 
