@@ -31,7 +31,7 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -55,6 +55,11 @@ class DifficultyConfig(BaseModel):
     where a seat starts near 0.2; tune both thresholds to your game's reward scale)."""
     lower_below: float = 0.15
     """Mean reward below which the role faces weaker opponents."""
+    draw: Literal["level", "uniform"] = "level"
+    """How a state's opponent is picked: `level`, its role's level (the schedule above);
+    `uniform`, a seeded draw from the whole pool per state, a fixed mixture (e.g. a best
+    response beside a random player, which reaches the states the best response avoids).
+    Under `uniform` the levels stay at `start_level`."""
 
     @model_validator(mode="after")
     def _check(self) -> DifficultyConfig:
@@ -93,7 +98,7 @@ class DifficultySchedule:
             self.recent[role] = recent
             mean = sum(recent) / len(recent) if recent else None
             change = 0
-            if mean is not None and len(recent) >= self.cfg.window:
+            if mean is not None and len(recent) >= self.cfg.window and self.cfg.draw == "level":
                 change = (mean > self.cfg.raise_above) - (mean < self.cfg.lower_below)
             new = min(max(self.level(role) + change, 0), len(self.cfg.pool) - 1)
             change = new - self.level(role)
@@ -155,7 +160,8 @@ def plan_seats(
     """The `seat_plan` of `play` for `num_inits` initial states, and one log row per state.
 
     `selfplay_fraction` of the states (rounded, drawn with `seed`) seat `learner` everywhere;
-    the rest seat it in one role against that role's scheduled opponent. A row holds
+    the rest seat it in one role against that role's scheduled opponent (or, under
+    `draw: uniform`, one drawn from the pool with `seed` per state). A row holds
     `init_index`, `mode` ("selfplay" or "vs_pool"), `learner_role`, `level`, `opponent`.
     """
     if not 0.0 <= selfplay_fraction <= 1.0:
@@ -183,15 +189,16 @@ def plan_seats(
             continue
         seat = (start + mixed) % len(roles)
         mixed += 1
-        role, opponent = roles[seat], schedule.opponent(roles[seat])
-        plan.append([learner if s == seat else opponent for s in range(len(roles))])
+        role, pool = roles[seat], schedule.cfg.pool
+        level = rng.randrange(len(pool)) if schedule.cfg.draw == "uniform" else schedule.level(role)
+        plan.append([learner if s == seat else pool[level] for s in range(len(roles))])
         rows.append(
             {
                 "init_index": i,
                 "mode": "vs_pool",
                 "learner_role": role,
-                "level": schedule.level(role),
-                "opponent": opponent,
+                "level": level,
+                "opponent": pool[level],
             }
         )
     return plan, rows

@@ -38,6 +38,23 @@ def test_mixed_games_balance_countries_and_follow_the_schedule():
     assert plan_seats(40, ROLES, schedule, selfplay_fraction=0.25, seed=3) == (plan, rows)
 
 
+def test_a_uniform_draw_mixes_the_whole_pool_per_state_and_keeps_the_levels():
+    schedule = DifficultySchedule(DifficultyConfig(pool=POOL, draw="uniform", window=1))
+    plan, rows = plan_seats(300, ROLES, schedule, selfplay_fraction=0.5, seed=7)
+    mixed = [(seats, r) for seats, r in zip(plan, rows, strict=True) if r["mode"] == "vs_pool"]
+    counts = Counter(r["opponent"] for _, r in mixed)
+    assert set(counts) == set(POOL) and min(counts.values()) > 30  # 150 states, ~50 each
+    for seats, row in mixed:
+        assert row["opponent"] == POOL[row["level"]] and seats.count(row["opponent"]) == 6
+    assert plan_seats(300, ROLES, schedule, selfplay_fraction=0.5, seed=7) == (plan, rows)
+    assert plan_seats(300, ROLES, schedule, selfplay_fraction=0.5, seed=8) != (plan, rows)
+    # a role that wins every game would climb under `level`; under `uniform` nothing moves
+    assert schedule.update(0, {"FRANCE": [1.0, 1.0]}) == {}
+    assert schedule.level("FRANCE") == 0 and schedule.history[-1]["change"] == 0
+    climbing = DifficultySchedule(DifficultyConfig(pool=POOL, window=1))
+    assert climbing.update(0, {"FRANCE": [1.0, 1.0]}) == {"FRANCE": 1}
+
+
 def test_bad_arguments_are_clear_errors():
     with pytest.raises(ValueError, match="selfplay_fraction"):
         plan_seats(

@@ -452,6 +452,38 @@ def test_kuhn_exploiter_plays_the_best_response_to_the_learner(tiny_model_dir, t
     assert moves >= 8  # each game: the exploiter moves at least once
 
 
+def test_a_uniform_draw_seats_every_pool_opponent_in_one_rollout(tiny_model_dir, tmp_path):
+    """`draw: uniform` mixes the exploiter (a learner agent, built from the learner's table)
+    with a random player in one rollout; every play of a state meets the same opponent."""
+    pytest.importorskip("textarena")
+    pytest.importorskip("pyspiel")
+    pool = ["kuhn-poker-exploiter", "kuhn-poker-random"]
+    cfg = PipelineConfig.model_validate(
+        {
+            "game": {"name": "kuhn-poker", "params": {"max_rounds": 1, "restate_card": True}},
+            "games_per_iteration": 16,
+            "device": "cpu",
+            "game_init": {"num_train": 8, "num_val": 1},
+            "rollout": {"games_per_init": 2, "choose_legal": True},
+            "opponents": {
+                "selfplay_fraction": 0.0,
+                "difficulty": {"pool": pool, "draw": "uniform"},
+            },
+            "storage": {"root": (tmp_path / "store").as_uri()},
+        }
+    )
+    train = str(tasks.game_init(cfg, tmp_path / "inits", "r")["train"])
+    tasks.rollout(cfg, str(tiny_model_dir), train, 0, 16, tmp_path / "ro", "r")
+    met: dict[str, set[str]] = {}
+    for played in read_jsonl(tmp_path / "ro/games.jsonl"):
+        (opponent,) = set(played["seat_policies"]) - {"policy"}
+        met.setdefault(json.dumps(played["state"], sort_keys=True), set()).add(opponent)
+    assert len(met) == 8 and all(len(names) == 1 for names in met.values())
+    assert set().union(*met.values()) == set(pool)
+    rows = read_jsonl(tmp_path / "ro/seat_plan.jsonl")
+    assert sorted(r["opponent"] for r in rows) == sorted(n for v in met.values() for n in v)
+
+
 def test_the_model_plays_on_the_evaluations_own_engine(tiny_model_dir, tmp_path):
     """`eval.rollout.backend` picks the evaluated model's engine (it was once always the fp32
     hf engine): an OpenAI-compatible server that is not there fails with its address, in the
