@@ -86,10 +86,6 @@ class DifficultySchedule:
     def level(self, role: str) -> int:
         return self.levels.get(role, self.cfg.start_level)
 
-    def opponent(self, role: str) -> str:
-        """The pool entry `role`'s learner plays against now."""
-        return self.cfg.pool[self.level(role)]
-
     def update(self, iteration: int, rewards: dict[str, list[float]]) -> dict[str, int]:
         """Add each role's new episode rewards; move levels; return the changes made."""
         changes = {}
