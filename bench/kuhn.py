@@ -32,7 +32,10 @@ configs/kuhn.yaml, per training seed, scored by exact exploitability (open_spiel
    `RESULT kuhn_exploitability_average` (the mixture of all of them) and its `_se_seeds`,
    and the first seed's table as policy_average.json
 5. prints each seed's final table beside how often self-play reaches each information state
-   (`exploitability.reach`): a mistake where that is rare gets little signal
+   (`exploitability.reach`): a mistake where that is rare gets little signal, and the three
+   states whose move alone, changed, would cut the exploitability most
+   (`exploitability.one_state_fixes`): one large cut means one mistake, many small ones an
+   error spread over the table
 
 `--merge DIR...` runs nothing: it reports the `--out` folders of earlier invocations (say one
 process per seed, side by side on one GPU) as one, from the curves each wrote as it went; a
@@ -54,6 +57,7 @@ from sparring.games.textarena.exploitability import (
     TablePolicy,
     exploitability,
     mixture,
+    one_state_fixes,
     reach,
     read_policy,
 )
@@ -229,6 +233,10 @@ def report(saved: dict, out: Path) -> None:
             last, met = logged[-1], reach(logged[-1])
             cells = (f"{s} {last[s]['Bet']:.2f} ({met[s]:.3f})" for s in INFO_STATES)
             print(f"seed {seed}, final P(bet or call) (self-play reach):", ", ".join(cells))
+            fixes = sorted(one_state_fixes(last).items(), key=lambda kv: kv[1][1])[:3]
+            cells = (f"{s} {last[s]['Bet']:.2f} -> {bet:.2f}: {e:.3f}" for s, (bet, e) in fixes)
+            print(f"seed {seed}: exploitability with one state of the final table changed:",
+                  ", ".join(cells))  # fmt: skip
     figures = {f"kuhn_exploitability_{name}": v for name, v in (("start", start), ("final", final))}
     if all(CARDS in c[0] and CARDS in c[-1] for c in curves.values()):
         figures |= {f"kuhn_card_dependence_{name}": [c[i][CARDS] for c in curves.values()]

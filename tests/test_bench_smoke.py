@@ -226,6 +226,9 @@ def test_kuhn_bench_merges_side_by_side_runs(bench, tmp_path):
     finals = {line.split(",")[0]: line for line in lines if line.startswith("seed ")}
     assert "2p 1.00 (0.333)" in finals["seed 0"]  # Nash bets the K after a check, met 1/3
     assert "2b 1.00 (0.000)" in finals["seed 1"]  # always-call never bets first
+    fixes = next(line for line in lines if line.startswith("seed 1: exploitability"))
+    assert fixes.count(" -> ") == 3  # always-call's three best single-state repairs
+    assert all(float(cell.rsplit(": ", 1)[1]) < 1 / 3 for cell in fixes.split(", "))
     merged = json.loads((out / "kuhn.json").read_text())["curves"]
     assert {seed: [r["eval/exploitability"] for r in c] for seed, c in merged.items()} == (
         exploitability
