@@ -36,10 +36,18 @@ configs/kuhn.yaml, per training seed, scored by exact exploitability (open_spiel
    states whose move alone, changed, would cut the exploitability most
    (`exploitability.one_state_fixes`): one large cut means one mistake, many small ones an
    error spread over the table
+6. with `--average SFT_CONFIG` (configs/sft-average.yaml), each seed's iterates distilled into
+   one model: its last checkpoint fine-tuned on every iteration's rollout, each played by that
+   iteration's model, at the temperature it was sampled at (`sparring.sft`,
+   `at_sampling_temperature`, `merge_duplicates`): the mixture of the iterates (the rollouts'
+   models: the start to the one before the last) as one model that can be registered. Its
+   table is scored like an evaluation: a star beside each seed's last point in kuhn.png,
+   `RESULT kuhn_exploitability_distilled` and its `_se_seeds`
 
 `--merge DIR...` runs nothing: it reports the `--out` folders of earlier invocations (say one
 process per seed, side by side on one GPU) as one, from the curves each wrote as it went; a
-run stopped early counts its last evaluation as its final.
+run stopped early counts its last evaluation as its final. With `--average` it first distills
+each folder's stored iterates (`<folder>/store/<run>/<iteration>/`).
 """
 
 from __future__ import annotations
@@ -55,6 +63,7 @@ from sparring.cli.options import load_config, parse_params
 from sparring.games.textarena.exploitability import (
     INFO_STATES,
     TablePolicy,
+    card_dependence,
     exploitability,
     mixture,
     one_state_fixes,
@@ -64,7 +73,9 @@ from sparring.games.textarena.exploitability import (
 from sparring.generation.hf import HFBackend
 from sparring.loop.config import CONFIG_DIR, PipelineConfig
 from sparring.loop.runner import Iteration, run_loop
+from sparring.sft import sft
 from sparring.stats import mean_se
+from sparring.train_config import SFTConfig
 
 METRIC = "eval/exploitability"
 CARDS = "eval/card_dependence"  # the spread of P(bet or call) over the cards
@@ -116,12 +127,43 @@ def policy(cfg: PipelineConfig, model: Path) -> dict[str, dict[str, float]]:
     return read_policy(backend, cfg.game.make(), cfg.eval.rollout.sampling.temperature)
 
 
+def distill(cfg: PipelineConfig, run: Path, sft_config: str, seed: int, out: Path) -> dict:
+    """6. The iterates of the stored run `run` (`storage.root`/<run name>) distilled into one
+    model at `out`: the last checkpoint fine-tuned on every iteration's rollout. Its
+    exploitability and card dependence, read out as `eval/exploitability` is."""
+    done = sorted(int(p.parent.parent.name) for p in run.glob("[0-9]*/rollout/samples.parquet"))
+    if not done:
+        raise SystemExit(f"{run} holds no iteration's rollout/samples.parquet to distill")
+    samples = [run / str(i) / "rollout" / "samples.parquet" for i in done]
+    train = load_config(SFTConfig, sft_config, {}).model_copy(update={"seed": seed})
+    stats = sft(run / str(done[-1]) / "checkpoint", samples, out, train, device=cfg.device)
+    table = policy(cfg, stats.out_dir)
+    return {METRIC: exploitability(table), CARDS: card_dependence(table), "iterations": done}
+
+
+def stored_run(folder: Path, saved: dict, seed: str) -> Path:
+    """Where a bench folder's store keeps `seed`'s run: the name `saved["runs"]` recorded, or
+    the store's only run (a folder of one seed, written before runs were recorded)."""
+    if name := saved.get("runs", {}).get(seed):
+        return folder / "store" / name
+    runs = sorted(p for p in (folder / "store").glob("*") if p.is_dir())
+    if len(runs) != 1:
+        raise SystemExit(f"{folder}/store holds {len(runs)} runs and kuhn.json names none for "
+                         f"seed {seed}; distill a folder of one seed")  # fmt: skip
+    return runs[0]
+
+
 def plot(
-    curves: dict[int, list[dict]], averages: dict[int, list[float]], path: Path, title: str
+    curves: dict[int, list[dict]],
+    averages: dict[int, list[float]],
+    path: Path,
+    title: str,
+    distilled: dict | None = None,
 ) -> None:
     """Each seed's exploitability per iteration, its iterates' mixture dashed (`averages`,
-    where logged) and, below it where logged, its card dependence (0: the card ignored, .75
-    at Nash, 1: the value strategy)."""
+    where logged), their distillation a star beside the last point (`distilled`) and, below
+    it where logged, its card dependence (0: the card ignored, .75 at Nash, 1: the value
+    strategy)."""
     cards = any(CARDS in r for c in curves.values() for r in c)
     with saved_figure(path, title, size=(6.5, 6.4 if cards else 3.8), rows=1 + cards) as axes:
         ax = axes[0]
@@ -131,6 +173,9 @@ def plot(
             if average := averages[seed]:
                 ax.plot(x[1:], average, "--", color=line.get_color(),
                         label=f"seed {seed}, the iterates mixed")  # fmt: skip
+            if seed in (distilled or {}):
+                ax.plot(x[-1] + 0.2, distilled[seed][METRIC], "*", ms=11, color=line.get_color(),
+                        label=f"seed {seed}, the iterates distilled")  # fmt: skip
         ax.axhline(11 / 24, color="gray", ls="--", lw=1, label="uniform random (0.458)")
         ax.axhline(1 / 3, color="gray", ls=":", lw=1, label="always bet or call (0.333)")
         ax.axhline(0, color="black", lw=0.8)
@@ -178,16 +223,27 @@ def main() -> None:
     ap.add_argument("--out", help="work folder (default: a temp folder)")
     ap.add_argument("--merge", nargs="+", metavar="DIR",
                     help="run nothing: report the --out folders of earlier invocations as one")  # fmt: skip
+    ap.add_argument("--average", metavar="SFT_CONFIG",
+                    help="also distill each seed's iterates into one model and score it "
+                         "(configs/sft-average.yaml)")  # fmt: skip
     args = ap.parse_args()
 
     out = Path(args.out or tempfile.mkdtemp(prefix="sparring-kuhn-"))
     out.mkdir(parents=True, exist_ok=True)
     if args.merge:
-        runs = [json.loads((Path(f) / "kuhn.json").read_text()) for f in args.merge]
-        report(runs[0] | {"curves": {k: c for r in runs for k, c in r["curves"].items()}}, out)
+        merged = {"curves": {}, "distilled": {}, "runs": {}}
+        for folder in map(Path, args.merge):
+            run = json.loads((folder / "kuhn.json").read_text())
+            for seed in run["curves"] if args.average else ():  # 6., from the stored iterates
+                where, cfg = stored_run(folder, run, seed), saved_config(run)
+                run.setdefault("distilled", {})[seed] = distill(
+                    cfg, where, args.average, int(seed), out / f"seed-{seed}-average"
+                )
+            merged = run | {k: merged[k] | run.get(k, {}) for k in ("curves", "distilled", "runs")}
+        report(merged, out)
         return
     base = load_config(PipelineConfig, args.config, parse_params(tuple(args.set)))
-    saved = {"config": args.config, "set": args.set, "curves": {}}
+    saved = {"config": args.config, "set": args.set, "curves": {}, "runs": {}, "distilled": {}}
     curves: dict[int, list[dict]] = saved["curves"]
     # 1. every training seed through the product's loop; 2. each evaluation's exploitability
     for seed in args.seeds:
@@ -201,6 +257,12 @@ def main() -> None:
 
         cfg = measured(base, seed, out)
         result = run_loop(cfg, out / f"seed-{seed}", on_iteration=on_iteration)
+        saved["runs"][seed] = result.run_name
+        if args.average:  # 6. the iterates as one model
+            where = out / "store" / result.run_name
+            out_dir = out / f"seed-{seed}" / "average"
+            saved["distilled"][seed] = distill(cfg, where, args.average, seed, out_dir)
+            (out / "kuhn.json").write_text(json.dumps(saved))
         if seed == args.seeds[0]:  # 3. the first seed's tables
             for name, it in (("start", result.start), ("final", result.iterations[-1])):
                 (out / f"policy_{name}.json").write_text(
@@ -221,9 +283,10 @@ def report(saved: dict, out: Path) -> None:
     start = [c[0][METRIC] for c in curves.values()]
     final = [c[-1][METRIC] for c in curves.values()]
     averages = {seed: averaged(c) for seed, c in curves.items()}
+    distilled = saved.get("distilled", {})
     (out / "kuhn.json").write_text(json.dumps(saved, indent=1))
     title = f"{base.name} ({base.model}): exploitability per iteration"
-    plot(curves, averages, out / "kuhn.png", title)
+    plot(curves, averages, out / "kuhn.png", title, distilled)
     if base.population:
         title = f"{base.name}: a population of {base.population.size}, each member"
         plot_population(curves, out / "kuhn_population.png", title)
@@ -243,6 +306,11 @@ def report(saved: dict, out: Path) -> None:
                     for name, i in (("start", 0), ("final", -1))}  # fmt: skip
     if all(averages.values()):
         figures["kuhn_exploitability_average"] = [a[-1] for a in averages.values()]
+    if distilled and set(distilled) == set(curves):
+        for seed, d in distilled.items():
+            print(f"seed {seed}: the iterates of iterations {d['iterations']} distilled: "
+                  f"exploitability {d[METRIC]:.3f}, card dependence {d[CARDS]:.2f}")  # fmt: skip
+        figures["kuhn_exploitability_distilled"] = [d[METRIC] for d in distilled.values()]
     for name, values in figures.items():
         mean, se = mean_se(values)  # se over training seeds (nan for one seed)
         print(f"RESULT {name} {mean:.4f}")

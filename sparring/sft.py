@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import torch
 from transformers import AutoTokenizer
 
@@ -40,6 +42,26 @@ def sft_loss(model, mb: Batch, rows: list[int], actor_cfg) -> tuple[torch.Tensor
     return nll, {"nll": mean_nll}
 
 
+def distinct_rows(df: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """The distinct rows of `df` (same tokens, mask and temperature), first seen first, and
+    how many times each occurs."""
+    keys = [
+        (np.asarray(x).tobytes(), np.asarray(m).tobytes(), t)
+        for x, m, t in zip(
+            df.input_ids,
+            df.assistant_mask,
+            df["temperature"] if "temperature" in df.columns else [None] * len(df),
+            strict=True,
+        )
+    ]
+    first, counts = {}, {}
+    for i, k in enumerate(keys):
+        first.setdefault(k, i)
+        counts[k] = counts.get(k, 0) + 1
+    kept = df.iloc[list(first.values())].reset_index(drop=True)
+    return kept, np.array([counts[k] for k in first], dtype=np.float32)
+
+
 def sft(
     model_path: str | Path,
     samples_paths: list[str | Path],
@@ -53,9 +75,14 @@ def sft(
     torch.manual_seed(cfg.seed)
     device = pick_device(device)
     df = load_samples(samples_paths, policy=None)
+    samples = len(df)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    df = df.drop(columns=["temperature", "top_p"], errors="ignore")  # imitation: plain softmax
-    batch = collate(df, tokenizer.pad_token_id, cfg.max_seq_len)
+    if not cfg.at_sampling_temperature:  # imitation: plain softmax
+        df = df.drop(columns=["temperature", "top_p"], errors="ignore")
+    counts = None
+    if cfg.merge_duplicates:
+        df, counts = distinct_rows(df)
+    batch = collate(df, tokenizer.pad_token_id, cfg.max_seq_len, counts)
     model = load_model(model_path, device, cfg=cfg)
     actor_cfg = grpo.actor_config(0.2, None, cfg.loss_agg_mode)  # only its loss aggregation
     plan = schedule(len(batch), cfg)
@@ -63,5 +90,6 @@ def sft(
         passes = -(-cfg.steps // len(plan)) * cfg.epochs
         plan = schedule(len(batch), cfg.model_copy(update={"epochs": passes}))[: cfg.steps]
     metrics = optimize(model, batch, plan, cfg, device, sft_loss, "sft", actor_cfg)
-    metrics["train/samples"] = float(len(df))
+    metrics["train/samples"] = float(samples)
+    metrics["train/distinct_samples"] = float(len(df))
     return TrainStats(save_checkpoint(model, tokenizer, out_dir, metrics), metrics)

@@ -157,8 +157,15 @@ def drop_cut_rewards(df: pd.DataFrame, max_len: int | None) -> tuple[pd.DataFram
     return kept, len(df) - len(kept)
 
 
-def collate(df: pd.DataFrame, pad_id: int | None, max_len: int | None = None) -> Batch:
-    """Right-pad `input_ids`, `assistant_mask`, `token_rewards` into a `Batch`."""
+def collate(
+    df: pd.DataFrame,
+    pad_id: int | None,
+    max_len: int | None = None,
+    weights: np.ndarray | None = None,
+) -> Batch:
+    """Right-pad `input_ids`, `assistant_mask`, `token_rewards` into a `Batch`. `weights`
+    (one per row) scale each row's response mask: a token-mean loss then counts a row of
+    weight w as w copies of it."""
     rows = list(zip(df.input_ids, df.assistant_mask, df.token_rewards, strict=True))
     for i, (x, m, r) in enumerate(rows):
         if not len(x) == len(m) == len(r):
@@ -177,6 +184,8 @@ def collate(df: pd.DataFrame, pad_id: int | None, max_len: int | None = None) ->
         attn[i, :n] = 1
         mask[i, :n] = torch.as_tensor(np.array(m[:n], dtype=np.float32))
         rew[i, :n] = torch.as_tensor(np.array(r[:n], dtype=np.float32))
+    if weights is not None:
+        mask *= torch.as_tensor(np.asarray(weights, np.float32))[:, None]
     if mask[:, 1:].sum() == 0:
         raise ValueError("no assistant tokens to train on (assistant_mask is 0 everywhere)")
     rollout = rollout_log_probs(df, lengths, t)

@@ -194,3 +194,20 @@ class SFTConfig(OptimConfig):
     # Exactly this many optimizer steps: shuffled passes over the data, as many as it takes,
     # the last cut short (`epochs` is then unused). None = `epochs` passes.
     steps: int | None = Field(None, ge=1)
+    # Score each row at the temperature it was sampled at, so that the model then samples at
+    # that temperature as the players did: distilling a sampled policy (the loop's iterates,
+    # `average`). False: plain softmax, imitating moves that had no temperature (scripted).
+    at_sampling_temperature: bool = False
+    # Identical rows train once, weighted by their count: the same loss in fewer forward
+    # passes where play repeats few distinct rows (a small game). token-mean or token-sum only:
+    # a per-sequence mean would cancel the weights.
+    merge_duplicates: bool = False
+
+    @model_validator(mode="after")
+    def _check_merge(self) -> SFTConfig:
+        if self.merge_duplicates and self.loss_agg_mode not in ("token-mean", "token-sum"):
+            raise ValueError(
+                f"merge_duplicates weights each row by its count, which loss_agg_mode "
+                f"{self.loss_agg_mode!r} cancels; use token-mean or token-sum"
+            )
+        return self

@@ -245,6 +245,45 @@ def test_kuhn_bench_merges_side_by_side_runs(bench, tmp_path):
     assert (out / "kuhn.png").stat().st_size > 1000
 
 
+def test_kuhn_bench_distills_a_folders_stored_iterates(bench, tiny_model_dir, tmp_path):
+    """`--merge DIR --average SFT_CONFIG`: the stored run's last checkpoint fine-tuned on every
+    iteration's rollout (duplicates merged), and the distilled model's own table scored."""
+    from sparring.games.textarena import exploitability as kuhn
+    from sparring.generation.hf import HFBackend
+
+    folder, run = tmp_path / "seed0", tmp_path / "seed0" / "store" / "run-a"
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    rows = make_samples(tokenizer, [0.0, 1.0]).assign(temperature=2.0, top_p=1.0)
+    for i in (0, 1):  # two iterations' rollouts, row 0 played twice in each
+        (run / str(i) / "rollout").mkdir(parents=True)
+        rows.iloc[[0, 0, 1]].to_parquet(run / str(i) / "rollout" / "samples.parquet")
+    shutil.copytree(tiny_model_dir, run / "1" / "checkpoint")
+    curve = [{"seed": 0, "iteration": i - 1, "eval/exploitability": 0.3} | {
+        f"eval/p_bet/{s}": r["Bet"] for s, r in kuhn.UNIFORM.items()} for i in range(3)]  # fmt: skip
+    saved = {"config": "configs/kuhn.yaml", "set": [], "curves": {"0": curve}}
+    (folder / "kuhn.json").write_text(json.dumps(saved))
+    (tmp_path / "sft.yaml").write_text("steps: 1\nlr: 1.0e-3\nmini_batch_size: 8\n"
+                                       "at_sampling_temperature: true\nmerge_duplicates: true\n")  # fmt: skip
+    out = tmp_path / "all"
+    lines = bench.output("kuhn.py", "--merge", str(folder), "--average",
+                         str(tmp_path / "sft.yaml"), "--out", str(out))  # fmt: skip
+    results = {w[1]: float(w[2]) for w in map(str.split, lines) if w[0] == "RESULT"}
+    distilled = out / "seed-0-average"
+    metrics = json.loads((distilled / "metrics.json").read_text())
+    assert (metrics["train/samples"], metrics["train/distinct_samples"]) == (6, 2)
+    cfg = load_config(PipelineConfig, str(ROOT / "configs" / "kuhn.yaml"), {})
+    table = kuhn.read_policy(HFBackend(str(distilled)), cfg.game.make(), 1.0)
+    assert results["kuhn_exploitability_distilled"] == pytest.approx(
+        kuhn.exploitability(table), abs=1e-4
+    )
+    kept = json.loads((out / "kuhn.json").read_text())["distilled"]["0"]
+    assert kept["iterations"] == [0, 1]
+    (run.parent / "run-b").mkdir()  # two runs and no name recorded: which is seed 0's?
+    code, _, err = bench.run("kuhn.py", "--merge", str(folder), "--average",
+                             str(tmp_path / "sft.yaml"), "--out", str(out))  # fmt: skip
+    assert code != 0 and "holds 2 runs" in err
+
+
 def test_micro_batches_bench(bench, tiny_model_dir, tmp_path):
     """Sorted and row-order splits of the same update: fewer padded tokens sorted, the same
     weights after it up to rounding, and the speedup as the RESULT."""

@@ -17,7 +17,8 @@ from sparring.train_config import GRPOConfig, SFTConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted(CONFIG_DIR.rglob("*.yaml"))
-CLASSES = {"train.yaml": GRPOConfig, "sft.yaml": SFTConfig}  # any other file: a pipeline
+CLASSES = {"train.yaml": GRPOConfig, "sft.yaml": SFTConfig, "sft-average.yaml": SFTConfig}
+"""The config class of each file that is not a pipeline config."""
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.relative_to(CONFIG_DIR)))

@@ -54,3 +54,55 @@ def test_sft_learns_the_replies_and_saves_a_checkpoint(tiny_model_dir, tokenizer
     metrics = json.loads((stats.out_dir / "metrics.json").read_text())
     assert metrics["train/optimizer_steps"] == 3 and metrics["train/samples"] == 4
     assert AutoTokenizer.from_pretrained(stats.out_dir).eos_token == "<|im_end|>"
+
+
+def _trained(tiny_model_dir, df, tmp_path, name, **cfg) -> tuple[dict, dict[str, float]]:
+    """The weights and metrics of two full-batch SFT steps on `df`."""
+    df.to_parquet(tmp_path / f"{name}.parquet")
+    cfg = SFTConfig(lr=1e-2, steps=2, mini_batch_size=8, micro_batch_size=2, **cfg)
+    stats = sft(tiny_model_dir, [tmp_path / f"{name}.parquet"], tmp_path / name, cfg)
+    return AutoModelForCausalLM.from_pretrained(stats.out_dir).state_dict(), stats.metrics
+
+
+def test_merged_duplicates_train_as_the_copies_they_stand_for(tiny_model_dir, tokenizer, tmp_path):
+    two = make_samples(tokenizer, [0.0, 1.0])
+    copies = two.iloc[[0, 0, 0, 1]].reset_index(drop=True)  # row 0 three times
+    plain, plain_m = _trained(tiny_model_dir, copies, tmp_path, "copies")
+    merged, merged_m = _trained(tiny_model_dir, copies, tmp_path, "merged", merge_duplicates=True)
+    once, once_m = _trained(tiny_model_dir, two, tmp_path, "once")  # the copies' weight lost
+    assert (merged_m["train/distinct_samples"], plain_m["train/distinct_samples"]) == (2, 4)
+    assert merged_m["train/samples"] == plain_m["train/samples"] == 4
+    for metric in ("train/loss", "train/nll", "train/grad_norm"):  # the same loss, step by step
+        assert merged_m[metric] == pytest.approx(plain_m[metric], rel=1e-5)
+        assert once_m[metric] != pytest.approx(plain_m[metric], rel=1e-3)
+
+    def gap(a: dict) -> float:
+        return max(float((a[k] - plain[k]).abs().max()) for k in plain)
+
+    assert gap(merged) < gap(once) / 10  # Adam's first step amplifies rounding, not this much
+
+
+def test_at_sampling_temperature_scores_each_row_at_its_temperature(tiny_model_dir, tokenizer,
+                                                                    tmp_path):  # fmt: skip
+    df = make_samples(tokenizer, [0.0, 1.0]).assign(temperature=2.0, top_p=1.0)
+    model = load_model(tiny_model_dir, torch.device("cpu"))
+
+    def nll(temperature: float) -> float:
+        batch = collate(df.assign(temperature=temperature), tokenizer.pad_token_id)
+        with torch.no_grad():
+            log_prob, _ = token_log_probs(model, batch)  # (B, T-1)
+        return float(-(log_prob * batch.response_mask).sum() / batch.response_mask.sum())
+
+    for at_temperature, expected in ((True, nll(2.0)), (False, nll(1.0))):
+        name = f"at-{at_temperature}"
+        cfg = {"at_sampling_temperature": at_temperature, "steps": 1}
+        df.to_parquet(tmp_path / f"{name}.parquet")
+        stats = sft(tiny_model_dir, [tmp_path / f"{name}.parquet"], tmp_path / name,
+                    SFTConfig(lr=1e-9, mini_batch_size=2, micro_batch_size=2, **cfg))  # fmt: skip
+        assert stats.metrics["train/nll"] == pytest.approx(expected, rel=1e-4)
+    assert nll(2.0) != pytest.approx(nll(1.0), rel=1e-2)
+
+
+def test_merging_duplicates_refuses_a_per_sequence_mean():
+    with pytest.raises(ValueError, match="merge_duplicates.*token-mean"):
+        SFTConfig(merge_duplicates=True, loss_agg_mode="seq-mean-token-mean")

@@ -185,6 +185,8 @@ def _child(command: list[str], env: dict[str, str], cwd: str, stdout: str, stder
         code = 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if not isinstance(e.code, int | None):  # what the interpreter prints: the message
+            print(e.code, file=sys.stderr)
     except BaseException:
         traceback.print_exc()
     finally:
