@@ -36,18 +36,19 @@ configs/kuhn.yaml, per training seed, scored by exact exploitability (open_spiel
    states whose move alone, changed, would cut the exploitability most
    (`exploitability.one_state_fixes`): one large cut means one mistake, many small ones an
    error spread over the table
-6. with `--average SFT_CONFIG` (configs/sft-average.yaml), each seed's iterates distilled into
-   one model: its last checkpoint fine-tuned on every iteration's rollout, each played by that
-   iteration's model, at the temperature it was sampled at (`sparring.sft`,
-   `at_sampling_temperature`, `merge_duplicates`): the mixture of the iterates (the rollouts'
-   models: the start to the one before the last) as one model that can be registered. Its
-   table is scored like an evaluation: a star beside each seed's last point in kuhn.png,
+6. with `--set average={}` (the recipe's `average`), the loop's own distillation of each
+   seed's iterates into one model after the last iteration (`sparring.loop.tasks.average`:
+   the last checkpoint fine-tuned on every iteration's rollout, each played by that
+   iteration's model, at the temperature it was sampled at; the mixture of the rollouts'
+   models, the start to the one before the last, as one model the run registers) and its
+   evaluation: a star beside each seed's last point in kuhn.png,
    `RESULT kuhn_exploitability_distilled` and its `_se_seeds`
 
 `--merge DIR...` runs nothing: it reports the `--out` folders of earlier invocations (say one
 process per seed, side by side on one GPU) as one, from the curves each wrote as it went; a
-run stopped early counts its last evaluation as its final. With `--average` it first distills
-each folder's stored iterates (`<folder>/store/<run>/<iteration>/`).
+run stopped early counts its last evaluation as its final. With `--average` it first runs
+that distillation (the config's `average`, or its default) on each folder's stored run
+(`<folder>/store/<run>/<iteration>/`), for runs made without it.
 """
 
 from __future__ import annotations
@@ -71,11 +72,11 @@ from sparring.games.textarena.exploitability import (
     read_policy,
 )
 from sparring.generation.hf import HFBackend
+from sparring.loop import tasks
 from sparring.loop.config import CONFIG_DIR, PipelineConfig
+from sparring.loop.plan import plan
 from sparring.loop.runner import Iteration, run_loop
-from sparring.sft import sft
 from sparring.stats import mean_se
-from sparring.train_config import SFTConfig
 
 METRIC = "eval/exploitability"
 CARDS = "eval/card_dependence"  # the spread of P(bet or call) over the cards
@@ -127,18 +128,23 @@ def policy(cfg: PipelineConfig, model: Path) -> dict[str, dict[str, float]]:
     return read_policy(backend, cfg.game.make(), cfg.eval.rollout.sampling.temperature)
 
 
-def distill(cfg: PipelineConfig, run: Path, sft_config: str, seed: int, out: Path) -> dict:
-    """6. The iterates of the stored run `run` (`storage.root`/<run name>) distilled into one
-    model at `out`: the last checkpoint fine-tuned on every iteration's rollout. Its
-    exploitability and card dependence, read out as `eval/exploitability` is."""
-    done = sorted(int(p.parent.parent.name) for p in run.glob("[0-9]*/rollout/samples.parquet"))
-    if not done:
-        raise SystemExit(f"{run} holds no iteration's rollout/samples.parquet to distill")
-    samples = [run / str(i) / "rollout" / "samples.parquet" for i in done]
-    train = load_config(SFTConfig, sft_config, {}).model_copy(update={"seed": seed})
-    stats = sft(run / str(done[-1]) / "checkpoint", samples, out, train, device=cfg.device)
-    table = policy(cfg, stats.out_dir)
-    return {METRIC: exploitability(table), CARDS: card_dependence(table), "iterations": done}
+def distilled_row(metrics: dict[str, float], iterations: list[int]) -> dict:
+    """What kuhn.json keeps of the distilled model's evaluation."""
+    return {METRIC: metrics[METRIC], CARDS: metrics[CARDS], "iterations": iterations}
+
+
+def distill(folder: Path, saved: dict, seed: str, out: Path) -> dict:
+    """6., for a run made without `average`: the loop's distillation (`tasks.average`, the
+    config's `average` or its default, seeded as the run was) of the run `folder` stored,
+    read out as `eval/exploitability` is."""
+    sets = saved.get("set", []) + ([] if "average" in saved_config(saved).model_fields_set
+                                   else ["average={}"])  # fmt: skip
+    cfg = measured(saved_config(saved | {"set": sets}), int(seed), folder)
+    run, last = stored_run(folder, saved, seed), plan(cfg)[-1].iteration
+    tasks.average(cfg, str(run / str(last) / "checkpoint"), run.name, out)
+    table = policy(cfg, out)
+    return distilled_row({METRIC: exploitability(table), CARDS: card_dependence(table)},
+                         [step.iteration for step in plan(cfg)])  # fmt: skip
 
 
 def stored_run(folder: Path, saved: dict, seed: str) -> Path:
@@ -223,9 +229,9 @@ def main() -> None:
     ap.add_argument("--out", help="work folder (default: a temp folder)")
     ap.add_argument("--merge", nargs="+", metavar="DIR",
                     help="run nothing: report the --out folders of earlier invocations as one")  # fmt: skip
-    ap.add_argument("--average", metavar="SFT_CONFIG",
-                    help="also distill each seed's iterates into one model and score it "
-                         "(configs/sft-average.yaml)")  # fmt: skip
+    ap.add_argument("--average", action="store_true",
+                    help="with --merge: distill each stored run's iterates into one model "
+                         "(the recipe's average) and score it")  # fmt: skip
     args = ap.parse_args()
 
     out = Path(args.out or tempfile.mkdtemp(prefix="sparring-kuhn-"))
@@ -235,10 +241,8 @@ def main() -> None:
         for folder in map(Path, args.merge):
             run = json.loads((folder / "kuhn.json").read_text())
             for seed in run["curves"] if args.average else ():  # 6., from the stored iterates
-                where, cfg = stored_run(folder, run, seed), saved_config(run)
-                run.setdefault("distilled", {})[seed] = distill(
-                    cfg, where, args.average, int(seed), out / f"seed-{seed}-average"
-                )
+                out_dir = out / f"seed-{seed}-average"
+                run.setdefault("distilled", {})[seed] = distill(folder, run, seed, out_dir)
             merged = run | {k: merged[k] | run.get(k, {}) for k in ("curves", "distilled", "runs")}
         report(merged, out)
         return
@@ -258,10 +262,9 @@ def main() -> None:
         cfg = measured(base, seed, out)
         result = run_loop(cfg, out / f"seed-{seed}", on_iteration=on_iteration)
         saved["runs"][seed] = result.run_name
-        if args.average:  # 6. the iterates as one model
-            where = out / "store" / result.run_name
-            out_dir = out / f"seed-{seed}" / "average"
-            saved["distilled"][seed] = distill(cfg, where, args.average, seed, out_dir)
+        if result.average:  # 6. the iterates as one model
+            done = [it.iteration for it in result.iterations]
+            saved["distilled"][seed] = distilled_row(result.average.metrics, done)
             (out / "kuhn.json").write_text(json.dumps(saved))
         if seed == args.seeds[0]:  # 3. the first seed's tables
             for name, it in (("start", result.start), ("final", result.iterations[-1])):

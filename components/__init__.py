@@ -19,6 +19,7 @@ class Components(NamedTuple):
     game_init: object
     initial_model: object
     warm_start: object
+    average: object
     rollout: object
     rollout_shard: object
     merge_rollouts: object
@@ -50,6 +51,7 @@ def make_components(k8s) -> Components:
         game_init=on(game_init.game_init),
         initial_model=on(model.initial_model),
         warm_start=on(model.warm_start, k8s.train_gpus),
+        average=on(model.average, k8s.train_gpus),
         rollout=on(rollout.rollout, k8s.rollout_gpus),
         rollout_shard=on(shards.rollout_shard, k8s.rollout_gpus),
         merge_rollouts=on(shards.merge_rollouts),

@@ -15,6 +15,7 @@ def evaluate(
     report: Output[HTML],
     previous: Input[Model] = None,
     parent_run_id: str = "",
+    member: str = "",
 ):
     """Play val games in self-play, against `previous` and against the scripted baseline.
 
@@ -27,6 +28,8 @@ def evaluate(
         run_name: from `start`; the upload goes to <storage.root>/<run_name>/<iteration>/eval.
         parent_run_id: the MLflow parent run, for the start's evaluation only (no register
             step records it); empty otherwise.
+        member: a name for a model beside the iteration's own (`average`): the upload goes
+            to <iteration>/eval/<member>; empty for the iteration's model.
         evaluation: folder with metrics.json, scores.json, rewards.png and transcripts.json.
         metrics: eval/<mode>/<role>/* metrics.
         report: the reward plot and sample transcripts, viewable in the KFP UI.
@@ -39,8 +42,9 @@ def evaluate(
     before = previous.path if previous else None
     with checkpoints.local(model.path, cfg) as m, checkpoints.local(before, cfg) as p:
         scores, page = tasks.evaluate(
-            cfg, m, p, val, evaluation.path, run_name, iteration, parent_run_id or None
-        )
+            cfg, m, p, val, evaluation.path, run_name, iteration, parent_run_id or None,
+            member or None,
+        )  # fmt: skip
     for name, value in scores.items():
         metrics.log_metric(name, value)
     with open(report.path, "w") as f:

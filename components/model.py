@@ -1,5 +1,7 @@
-"""KFP components that produce the first checkpoint (see sparring.tasks.initial_model and
-sparring.tasks.warm_start); their output is a reference to it (sparring.loop.checkpoints)."""
+"""KFP components that produce a checkpoint outside the iterations: the first one (see
+sparring.tasks.initial_model and sparring.tasks.warm_start) and the iterates distilled after
+the last (sparring.tasks.average); their output is a reference to it
+(sparring.loop.checkpoints)."""
 
 from kfp.dsl import Dataset, Input, Metrics, Model, Output
 
@@ -43,5 +45,33 @@ def warm_start(
     with checkpoints.local(base.path, cfg) as base_dir:
         with checkpoints.produce(cfg, None, model.path) as out:
             stats = tasks.warm_start(cfg, base_dir, train_inits, out)
+    for name, value in stats.items():
+        metrics.log_metric(name, value)
+
+
+def average(
+    config: str,
+    last: Input[Model],
+    run_name: str,
+    model: Output[Model],
+    metrics: Output[Metrics],
+):
+    """Distill the run's iterates into one model (config.average): the last iterate fine-tuned
+    on every iteration's stored rollout samples.
+
+    Args:
+        config: the PipelineConfig as JSON.
+        last: the last iteration's trained checkpoint.
+        run_name: from `start`; the samples are read from <storage.root>/<run_name>/<i>/rollout.
+        model: a reference to the distilled checkpoint (under <storage.root>/models).
+        metrics: SFT statistics.
+    """
+    from sparring.loop import checkpoints, tasks
+    from sparring.loop.config import PipelineConfig
+
+    cfg = PipelineConfig.model_validate_json(config).for_step("train")
+    with checkpoints.local(last.path, cfg) as last_dir:
+        with checkpoints.produce(cfg, None, model.path) as out:
+            stats = tasks.average(cfg, last_dir, run_name, out)
     for name, value in stats.items():
         metrics.log_metric(name, value)

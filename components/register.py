@@ -15,6 +15,7 @@ def register(
     train_metrics: Input[Metrics],
     eval_metrics: Input[Metrics],
     kfp_run_id: str,
+    member: str = "",
 ) -> str:
     """Verify the checkpoint at <storage.root>/<run_name>/<iteration>/checkpoint, log the
     iteration to MLflow and register it; `champion` moves only on improvement.
@@ -31,6 +32,9 @@ def register(
         rollout_metrics, train_metrics, eval_metrics: logged to the iteration's child run
             (with train_backend verl the first two are both verl-train's metrics).
         kfp_run_id: the KFP run's unique id, a tag of the model version.
+        member: a model beside the iteration's own (`average`, the distilled iterates),
+            stored at <iteration>/members/<member>/checkpoint and registered under that
+            alias, off the parent run's curve; empty for the iteration's model.
 
     Returns:
         The new model version.
@@ -51,6 +55,6 @@ def register(
     scores = tasks.load_scores(evaluation.path)  # the champion metric per val game
     done = tasks.register(
         cfg, parent_run_id, run_name, iteration, model.path, metrics, artifacts,
-        kfp_run_id or None, scores,
+        kfp_run_id or None, scores, member or None, curve=not member,
     )  # fmt: skip
     return done.version

@@ -24,7 +24,10 @@ states each, `kubernetes.rollout_gpus` apiece) and a merge task (sparring.loop.s
 `population: {size: K}` an iteration is one rollout that seats and rates the K members, a
 `ParallelFor` over the members (train → evaluate each) and one register task for all, the
 best rated first (sparring.loop.population); each rollout gets the previous one's population
-state and trained members, and the lead's checkpoint is the iteration's model.
+state and trained members, and the lead's checkpoint is the iteration's model. With
+`average`, after the last iteration an average task distills the iterates into one model
+(sparring.loop.tasks.average), evaluate-average and register-average score and register it
+(alias `average`), and evaluate-test scores it as the final model.
 Every iteration grows the IR and the Argo Workflow made of it (docs/results.md#compiled-ir-size):
 `sparring.pipelines.workflow_size` caps iterations per run, `pipelines.driver` runs campaigns.
 """
@@ -213,6 +216,29 @@ class _Graph:
             eval_metrics=ev.outputs["metrics"], kfp_run_id=self.job_id,
         ).set_env_variable(TRAINER_IMAGE_ENV, self._trainer_image())  # fmt: skip
 
+    def average(self, step: IterationPlan, last, samples, rollout_metrics, last_register):
+        """The iterates distilled into one model after the last iteration, evaluated against
+        the last iterate and registered as the iteration's `average` (after its own register,
+        so that the champion is decided in order). Returns the distilled checkpoint."""
+        i, k8s, name = step.iteration, self.cfg.kubernetes, "average"
+        av = self.task(
+            self.c.average, name, k8s.train_gpus, "train", config=self.config, last=last,
+            run_name=self.run_name,
+        )  # fmt: skip
+        ev = self.task(
+            self.c.evaluate, f"evaluate-{name}", k8s.eval_gpus, config=self.config,
+            model=av.outputs["model"], previous=last, inits=self.inits, iteration=i,
+            run_name=self.run_name, member=name,
+        )  # fmt: skip
+        self.task(
+            self.c.register, f"register-{name}", config=self.config, model=av.outputs["model"],
+            iteration=i, run_name=self.run_name, parent_run_id=self.parent, samples=samples,
+            evaluation=ev.outputs["evaluation"], rollout_metrics=rollout_metrics,
+            train_metrics=av.outputs["metrics"], eval_metrics=ev.outputs["metrics"],
+            kfp_run_id=self.job_id, member=name,
+        ).set_env_variable(TRAINER_IMAGE_ENV, self._trainer_image()).after(last_register)  # fmt: skip
+        return av.outputs["model"]
+
     def population(self, step: IterationPlan, reference, carried: dict):
         """A population's iteration (sparring.loop.population): the rollout seats and rates
         the members; per member (a ParallelFor over the names: K is known at compile time)
@@ -357,6 +383,8 @@ def _iterations(g: _Graph, start: dsl.PipelineTask) -> None:
         model, registers[step.iteration] = trained, rg
         if step.moves_magnet:
             magnet = trained
+    if cfg.average:  # the iterates as one model: the final model from here on
+        model = g.average(step, model, samples, rollout_metrics, registers[step.iteration])
     if cfg.game_init.num_test:  # the claim: start and final model once on the test states
         g.task(
             g.c.evaluate_test, "evaluate-test", cfg.kubernetes.eval_gpus, config=config,

@@ -66,6 +66,35 @@ class SFTControl(_Strict):
         return list(self.steps if self.steps is not None else self.seconds or [])
 
 
+def _distilling() -> SFTConfig:
+    """`Average.train`'s default: configs/sft-average.yaml's settings."""
+    return SFTConfig(lr=5e-4, lr_schedule="cosine", steps=24, mini_batch_size=64, lora_rank=16,
+                     at_sampling_temperature=True, merge_duplicates=True)  # fmt: skip
+
+
+class Average(_Strict):
+    """After the last iteration, the iterates as one model (`sparring.loop.tasks.average`):
+    the last iterate fine-tuned on every iteration's rollout, each played by that iteration's
+    model, at the temperature it was sampled at. The mixture of the iterates is the average
+    that no-regret self-play converges in, where the last iterate may cycle (NFSP's average
+    policy, fitted once after the run). It is evaluated on val like an iteration, registered
+    under the alias `average` (and as champion if it scores best), and with test states it is
+    the final model the test scores."""
+
+    train: SFTConfig = Field(default_factory=_distilling)
+    """The distillation's SFT (`device` is the top's); a field not given keeps
+    configs/sft-average.yaml's value. `at_sampling_temperature` should stay on, or the model
+    fits at T = 1 the moves that were sampled at the rollout's T."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _over_the_defaults(cls, data: Any) -> Any:
+        """`train` given in part: the rest from `_distilling`, not from SFTConfig's defaults."""
+        if isinstance(data, dict) and isinstance(data.get("train"), dict):
+            return data | {"train": _distilling().model_dump(exclude_unset=True) | data["train"]}
+        return data
+
+
 class PipelineRollout(RolloutConfig):
     """The `rollout:` section: the library's RolloutConfig plus the fan-out."""
 
@@ -151,6 +180,9 @@ class Recipe(_Strict):
     """Settings of `train_backend: verl`."""
     sft_control: SFTControl | None = None
     """The SFT control instead of GRPO (a bench's control arm, in-process only); None = GRPO."""
+    average: Average | None = None
+    """After the last iteration, the iterates distilled into one model, evaluated and
+    registered (alias `average`); None = the last iterate is the run's model."""
     eval: EvalConfig = Field(default_factory=EvalConfig)
     """Evaluation: modes, val games, sampling."""
     registered_model: str | None = None
@@ -253,7 +285,20 @@ class Recipe(_Strict):
             self._check_sft_control()
         if self.population:
             self._check_population()
+        if self.average:
+            self._check_average()
         return self
+
+    def _check_average(self) -> None:
+        """The distillation reads each iteration's rollout samples of the one learner."""
+        needs = {
+            "train_backend: torch (verl keeps its rollouts inside its task)": (
+                self.train_backend == "torch"
+            ),
+            "population: null (one learner's iterates)": self.population is None,
+            "sft_control: null (it plays no rollout)": self.sft_control is None,
+        }
+        _require("average distills the iterations' rollouts", needs, "average: null")
 
     def _check_population(self) -> None:
         """What a population (sparring.loop.population) needs of the recipe."""

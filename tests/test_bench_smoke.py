@@ -246,31 +246,36 @@ def test_kuhn_bench_merges_side_by_side_runs(bench, tmp_path):
 
 
 def test_kuhn_bench_distills_a_folders_stored_iterates(bench, tiny_model_dir, tmp_path):
-    """`--merge DIR --average SFT_CONFIG`: the stored run's last checkpoint fine-tuned on every
-    iteration's rollout (duplicates merged), and the distilled model's own table scored."""
+    """`--merge DIR --average`: the loop's distillation (`tasks.average`, with the config's
+    `average`) of the run DIR stored: its last checkpoint fine-tuned on every iteration's
+    rollout (duplicates merged), and the distilled model's own table scored."""
+    from sparring import storage
     from sparring.games.textarena import exploitability as kuhn
     from sparring.generation.hf import HFBackend
 
     folder, run = tmp_path / "seed0", tmp_path / "seed0" / "store" / "run-a"
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     rows = make_samples(tokenizer, [0.0, 1.0]).assign(temperature=2.0, top_p=1.0)
-    for i in (0, 1):  # two iterations' rollouts, row 0 played twice in each
-        (run / str(i) / "rollout").mkdir(parents=True)
-        rows.iloc[[0, 0, 1]].to_parquet(run / str(i) / "rollout" / "samples.parquet")
+    for i in (0, 1):  # two iterations' rollouts, row 0 played twice in each, as stored
+        rows.iloc[[0, 0, 1]].to_parquet(tmp_path / f"samples-{i}.parquet")
+        (tmp_path / f"rollout-{i}").mkdir()
+        shutil.move(
+            tmp_path / f"samples-{i}.parquet", tmp_path / f"rollout-{i}" / "samples.parquet"
+        )
+        storage.upload_dir(tmp_path / f"rollout-{i}", str(run / str(i) / "rollout"))
     shutil.copytree(tiny_model_dir, run / "1" / "checkpoint")
     curve = [{"seed": 0, "iteration": i - 1, "eval/exploitability": 0.3} | {
         f"eval/p_bet/{s}": r["Bet"] for s, r in kuhn.UNIFORM.items()} for i in range(3)]  # fmt: skip
-    saved = {"config": "configs/kuhn.yaml", "set": [], "curves": {"0": curve}}
+    sets = ["iterations=2", "average={train: {steps: 2}}"]  # the config's average, in brief
+    saved = {"config": "configs/kuhn.yaml", "set": sets, "curves": {"0": curve}}
     (folder / "kuhn.json").write_text(json.dumps(saved))
-    (tmp_path / "sft.yaml").write_text("steps: 1\nlr: 1.0e-3\nmini_batch_size: 8\n"
-                                       "at_sampling_temperature: true\nmerge_duplicates: true\n")  # fmt: skip
     out = tmp_path / "all"
-    lines = bench.output("kuhn.py", "--merge", str(folder), "--average",
-                         str(tmp_path / "sft.yaml"), "--out", str(out))  # fmt: skip
+    lines = bench.output("kuhn.py", "--merge", str(folder), "--average", "--out", str(out))
     results = {w[1]: float(w[2]) for w in map(str.split, lines) if w[0] == "RESULT"}
     distilled = out / "seed-0-average"
     metrics = json.loads((distilled / "metrics.json").read_text())
     assert (metrics["train/samples"], metrics["train/distinct_samples"]) == (6, 2)
+    assert metrics["train/optimizer_steps"] == 2
     cfg = load_config(PipelineConfig, str(ROOT / "configs" / "kuhn.yaml"), {})
     table = kuhn.read_policy(HFBackend(str(distilled)), cfg.game.make(), 1.0)
     assert results["kuhn_exploitability_distilled"] == pytest.approx(
@@ -279,8 +284,7 @@ def test_kuhn_bench_distills_a_folders_stored_iterates(bench, tiny_model_dir, tm
     kept = json.loads((out / "kuhn.json").read_text())["distilled"]["0"]
     assert kept["iterations"] == [0, 1]
     (run.parent / "run-b").mkdir()  # two runs and no name recorded: which is seed 0's?
-    code, _, err = bench.run("kuhn.py", "--merge", str(folder), "--average",
-                             str(tmp_path / "sft.yaml"), "--out", str(out))  # fmt: skip
+    code, _, err = bench.run("kuhn.py", "--merge", str(folder), "--average", "--out", str(out))
     assert code != 0 and "holds 2 runs" in err
 
 

@@ -176,3 +176,27 @@ def test_a_recipe_without_a_registered_model_gets_one_per_evaluation():
 def test_a_misspelt_key_anywhere_fails_instead_of_being_ignored(section):
     with pytest.raises(ValueError, match="Extra inputs are not permitted"):
         PipelineConfig.model_validate(section)
+
+
+def test_the_average_distills_with_the_shipped_sft_average_settings():
+    """`average: {}` trains as configs/sft-average.yaml says (the settings of the measured
+    Kuhn Poker distillation), so the file and the default can't drift apart."""
+    from sparring.recipe import Average
+
+    shipped = SFTConfig.model_validate(
+        yaml.safe_load((CONFIG_DIR / "sft-average.yaml").read_text())
+    )
+    assert Average().train == shipped
+
+
+def test_an_average_given_in_part_keeps_the_other_distilling_settings():
+    """`average: {train: {steps: 2}}` changes the steps only: the rest stays the distilling
+    default (at the sampling temperature, duplicates merged), not SFTConfig's plain one."""
+    from sparring.loop.replicates import seeded
+
+    cfg = PipelineConfig.model_validate({"average": {"train": {"steps": 2}}})
+    assert cfg.average.train.steps == 2
+    assert cfg.average.train.at_sampling_temperature and cfg.average.train.merge_duplicates
+    assert cfg.average.train.lr == 5e-4
+    again = seeded(cfg, 3).average.train  # a training seed keeps them too
+    assert (again.seed, again.steps, again.lr, again.merge_duplicates) == (3, 2, 5e-4, True)

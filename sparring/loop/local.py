@@ -117,7 +117,9 @@ def in_process(cfg: PipelineConfig, workdir: Path) -> dict[str, float]:
     work = workdir / cfg.run_name / "work"
     result = run_loop(cfg, work)
     warm = work / "warm" / "metrics.json"  # the warm start's SFT counts as train, as on kfp
-    reports = [it.metrics for it in [result.start, *result.iterations] if it] + [result.test]
+    reports = [it.metrics for it in [result.start, *result.iterations, result.average] if it] + [
+        result.test
+    ]
     reports += [json.loads(warm.read_text())] if cfg.warm_start else []
     return perf_totals(reports)
 

@@ -35,14 +35,16 @@ class Replicate(NamedTuple):
 
 def seeded(cfg: PipelineConfig, seed: int) -> PipelineConfig:
     """`cfg` for training seed `seed`: the rollout samples with `SEED_STRIDE * seed` added to
-    its seed, and GRPO and the warm start's SFT use `seed`; the states and the evaluation's
-    draws stay the same, so the seeds' figures are comparable game by game."""
+    its seed, and GRPO and the SFTs of the warm start and the average use `seed`; the states
+    and the evaluation's draws stay the same, so the seeds' figures are comparable game by
+    game."""
     data = cfg.model_dump(mode="json", exclude_unset=True)
     sampling = data.setdefault("rollout", {}).setdefault("sampling", {})
     sampling["seed"] = (cfg.rollout.sampling.seed or 0) + SEED_STRIDE * seed
     data.setdefault("train", {})["seed"] = seed
-    if data.get("warm_start"):
-        data["warm_start"].setdefault("train", {})["seed"] = seed
+    for section in ("warm_start", "average"):
+        if data.get(section) is not None:
+            data[section].setdefault("train", {})["seed"] = seed
     return PipelineConfig.model_validate(data)
 
 

@@ -20,8 +20,11 @@ Steps (the numbers repeat in the body):
      trains), GRPO update (its KL anchor the start, or with `magnet_every` the newest model
      the plan moved it to), evaluation on val states, register (champion if better); with a
      `population`, each of these for every member (sparring.loop.population)
-  5. with `game_init.num_test` > 0, the start and the final model once on the test states
-  6. finish: end the parent run, the run's summary
+  5. with `average`, the iterates distilled into one model (the last iterate fine-tuned on
+     every iteration's rollout), evaluated on val and registered under the alias `average`:
+     the run's final model from then on
+  6. with `game_init.num_test` > 0, the start and the final model once on the test states
+  7. finish: end the parent run, the run's summary
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ class LoopResult(NamedTuple):
     parent_run_id: str  # "" with tracking off
     start: Iteration | None  # the model before any update, with `evaluate_start`
     iterations: list[Iteration]
+    average: Iteration | None  # the iterates distilled, with `average`
     test: dict[str, float]  # test/start, test/final, test/gain, test/gain_se; {} without test
     summary: str  # the run summary (Markdown) that `finish` wrote
 
@@ -72,16 +76,16 @@ def run_loop(
     # 0. start
     run_name, parent = tasks.start(cfg, job_id, job_id)
     try:
-        start, done, test = _iterate(cfg, work, run_name, parent, on_iteration)
-    except Exception as err:  # 6. finish, failed (a signal's Stopped is the caller's to report)
+        start, done, average, test = _iterate(cfg, work, run_name, parent, on_iteration)
+    except Exception as err:  # 7. finish, failed (a signal's Stopped is the caller's to report)
         try:
             tasks.finish(cfg, job_id, job_id, failed=True)
         except Exception as also:  # e.g. MLflow gone too: the first error is the one to see
             err.add_note(f"and ending the MLflow parent run failed: {also}")
         raise
-    # 6. finish
+    # 7. finish
     summary = tasks.finish(cfg, job_id, job_id)
-    return LoopResult(run_name, parent, start, done, test, summary)
+    return LoopResult(run_name, parent, start, done, average, test, summary)
 
 
 def _iterate(
@@ -90,8 +94,9 @@ def _iterate(
     run_name: str,
     parent: str,
     on_iteration: Callable[[Iteration], None] | None,
-) -> tuple[Iteration | None, list[Iteration], dict[str, float]]:
-    """Steps 1-5: game-init, the initial model, its evaluation, the iterations, the test."""
+) -> tuple[Iteration | None, list[Iteration], Iteration | None, dict[str, float]]:
+    """Steps 1-6: game-init, the initial model, its evaluation, the iterations, the average,
+    the test."""
     # 1. game-init
     log("game-init")
     inits = tasks.game_init(cfg, work / "inits", run_name)
@@ -140,7 +145,10 @@ def _iterate(
         if on_iteration:
             on_iteration(it)
         model = it.model_dir
-    # 5. the claim: start and final model on the test states, once
+    # 5. the iterates as one model
+    average = _average(cfg, model, val_inits, work, run_name, parent) if cfg.average else None
+    model = average.model_dir if average else model
+    # 6. the claim: start and final model on the test states, once
     test = {}
     if cfg.game_init.num_test:
         log("test: the start and the final model on the test states")
@@ -148,7 +156,27 @@ def _iterate(
             cfg, str(start_model), str(model), str(inits["test"]), work / "test", run_name,
             parent or None, done[-1].iteration,
         )  # fmt: skip
-    return start, done, test
+    return start, done, average, test
+
+
+def _average(
+    cfg: PipelineConfig, last: Path, val_inits: str, work: Path, run_name: str, parent: str
+) -> Iteration:
+    """5. The iterates distilled (`tasks.average`), evaluated on val against the last
+    iterate, and registered as the last iteration's `average`."""
+    i = plan(cfg)[-1].iteration
+    out, name = work / str(i) / tasks.AVERAGE, tasks.AVERAGE
+    log("average: distill the iterates into one model, evaluate and register it")
+    metrics = tasks.average(cfg, str(last), run_name, out / "trained")
+    evaluated, _ = tasks.evaluate(
+        cfg, str(out / "trained"), str(last), val_inits, out / "eval", run_name, i, member=name
+    )
+    metrics, scores = metrics | evaluated, tasks.load_scores(out / "eval")
+    registered = tasks.register(
+        cfg, parent, run_name, i, str(out / "trained"), metrics, [out / "eval" / "metrics.json"],
+        scores=scores, member=name, curve=False,
+    )  # fmt: skip
+    return Iteration(i, out / "trained", metrics, registered, scores)
 
 
 def _iteration(

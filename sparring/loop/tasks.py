@@ -62,7 +62,9 @@ COMPUTE_METRICS = ("perf/rollout_seconds", "perf/train_seconds", PERF_EVAL)
 # Each task's peak resident memory (`sparring.heap.PeakRSS`): warm_start, rollout, train, eval.
 PEAK_RSS = "perf/{}_peak_rss_gib"
 PEAK_EVAL = PEAK_RSS.format("eval")
-PEAK_METRICS = tuple(PEAK_RSS.format(t) for t in ("warm_start", "rollout", "train", "eval"))
+PEAK_METRICS = tuple(
+    PEAK_RSS.format(t) for t in ("warm_start", "rollout", "train", "eval", "average")
+)
 SCORES_FILE = "scores.json"  # an evaluation's champion metric per game (`game_scores`)
 # Final states of a successful pipeline: the KFP backend says COMPLETE (or CACHED); kfp.local
 # and Vertex say SUCCEEDED.
@@ -265,6 +267,38 @@ def train(
             optimizer_in, optimizer_out, iteration - cfg.first_iteration,
         )  # fmt: skip
     return trained.metrics | {PEAK_RSS.format("train"): peak.gib}
+
+
+AVERAGE = "average"
+"""The distilled iterates' name: their registry alias, and their folder in the last iteration's
+storage (`<run>/<i>/eval/average`, `<run>/<i>/members/average/checkpoint`)."""
+
+
+@heap.releases_memory
+def average(
+    cfg: PipelineConfig, model_dir: str, run_name: str, out_dir: str | Path
+) -> dict[str, float]:
+    """The iterates distilled into one model (`cfg.average`): `model_dir`, the last iterate,
+    fine-tuned on the stored rollout samples of every planned iteration, each played by that
+    iteration's model (`sparring.sft`, `average.train`). A HF checkpoint in `out_dir`; returns
+    the SFT's metrics."""
+    from sparring import storage
+    from sparring.loop.plan import plan
+    from sparring.sft import sft
+
+    assert cfg.average is not None, "average is off in this config"
+    iterations = [step.iteration for step in plan(cfg)]
+    with tempfile.TemporaryDirectory() as tmp, heap.PeakRSS() as peak:
+        samples = []
+        for i in iterations:  # only the samples: games and stats stay in storage
+            uri = run_uri(cfg, run_name, i, "rollout")
+            wanted = [e for e in storage.verify(uri, cfg.storage.client_config())
+                      if e.path == "samples.parquet"]  # fmt: skip
+            storage.download_dir(uri, Path(tmp) / str(i), cfg.storage.client_config(), wanted)
+            samples.append(Path(tmp) / str(i) / "samples.parquet")
+        stats = sft(model_dir, samples, out_dir, cfg.average.train, cfg.device)
+    log(f"average: iterations {iterations[0]}-{iterations[-1]} distilled into {out_dir}")
+    return stats.metrics | {PEAK_RSS.format("average"): peak.gib}
 
 
 def evaluate(

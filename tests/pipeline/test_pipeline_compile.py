@@ -406,3 +406,47 @@ def test_a_diplomacy_recipe_compiles_onto_the_diplomacy_images(tmp_path):
     assert PipelineConfig.model_validate({}).kubernetes.image.endswith(
         f"{sparring.__version__}-cpu"
     )
+
+
+def test_the_average_distills_after_the_last_iteration_and_is_the_final_model(tmp_path):
+    """`average`: one task fine-tunes the last trained model on the run's rollouts (it reads
+    them from storage by run name), evaluate-average plays it against that last model and
+    uploads as member `average`, register-average registers it after register-1 (champion
+    decisions in order), and evaluate-test scores it as the final model."""
+    from sparring.pipelines.selfplay import compile_pipeline
+
+    cfg = PipelineConfig.model_validate(
+        {"iterations": 2, "average": {}, "game_init": {"num_test": 4}}
+    )
+    spec = next(
+        yaml.safe_load_all(Path(compile_pipeline(cfg, str(tmp_path / "a.yaml"))).read_text())
+    )
+    keys = task_keys(spec)
+    tasks = {t["taskInfo"]["name"]: t for t in all_tasks(spec)}
+
+    assert producer(tasks, "average", "last") == keys["train-1"]
+    assert "run_name" in tasks["average"]["inputs"]["parameters"]
+    assert producer(tasks, "evaluate-average", "model") == keys["average"]
+    assert producer(tasks, "evaluate-average", "previous") == keys["train-1"]
+    evaluated = tasks["evaluate-average"]["inputs"]["parameters"]
+    assert evaluated["member"]["runtimeValue"]["constant"] == "average"
+    assert evaluated["iteration"]["runtimeValue"]["constant"] == 1
+    assert producer(tasks, "register-average", "model") == keys["average"]
+    assert producer(tasks, "register-average", "train_metrics") == keys["average"]
+    assert keys["register-1"] in tasks["register-average"]["dependentTasks"]
+    registered = tasks["register-average"]["inputs"]["parameters"]
+    assert registered["member"]["runtimeValue"]["constant"] == "average"
+    assert producer(tasks, "evaluate-test", "final") == keys["average"]
+    assert "member" not in tasks["register-1"]["inputs"]["parameters"]  # the default: own
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"population": {"size": 2}}, "population: null"),
+        ({"train_backend": "verl", "games_per_iteration": 512}, "train_backend: torch"),
+    ],
+)
+def test_an_average_without_the_one_learners_rollouts_is_refused(override, message):
+    with pytest.raises(ValidationError, match=f"average distills.*{message}"):
+        PipelineConfig.model_validate({"average": {}, **override})

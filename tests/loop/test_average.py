@@ -1,0 +1,69 @@
+"""The iterates as one model (`average`): after the last iteration the loop fine-tunes the
+last iterate on every iteration's stored rollout, evaluates it against that iterate and
+registers it under the alias `average`, beside the iterations' own versions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+from safetensors.torch import load_file
+
+from sparring.cli.options import load_config, parse_params
+from sparring.loop.config import PipelineConfig
+from sparring.loop.runner import run_loop
+from sparring.sft import distinct_rows
+from sparring.tracking import TrackingConfig, connect
+
+ROOT = Path(__file__).resolve().parents[2]
+# configs/pipeline.yaml at the smallest size that plays, trains and evaluates
+TINY = ("iterations=2", "games_per_iteration=8", "game_init.num_val=2", "warm_start=null")
+TINY += ("game_init.num_train=8", "game_init.num_test=0", "game.params.max_turns=2")
+TINY += ("rollout.games_per_init=2", "rollout.sampling.max_new_tokens=8")
+TINY += ("eval.rollout.sampling.max_new_tokens=8", "evaluate_start=false")
+TINY += ("train.group_key=batch", "train.mini_batch_size=8", "train.micro_batch_size=8")
+TINY += ("train.rejected_credit=penalty", "rollout.sampling.temperature=1.5")
+TINY += ("eval.modes=[selfplay,vs_previous]",)
+TINY += ("average={train: {steps: 2, lr: 1.0e-3, at_sampling_temperature: true, "
+         "merge_duplicates: true, mini_batch_size: 64, micro_batch_size: 8}}",)  # fmt: skip
+
+
+def test_the_iterates_are_distilled_evaluated_and_registered_as_average(
+    tiny_model_dir, tmp_path, mlflow_db
+):
+    sets = (*TINY, f"model={tiny_model_dir}", f"storage.root={tmp_path / 'store'}")
+    cfg = load_config(PipelineConfig, str(ROOT / "configs" / "pipeline.yaml"), parse_params(sets))
+    cfg = cfg.model_copy(
+        update={"tracking": TrackingConfig(tracking_uri=mlflow_db, experiment="a")}
+    )
+    work = tmp_path / "work"
+    result = run_loop(cfg, work)
+
+    average, last = result.average, result.iterations[-1]
+    assert average.iteration == last.iteration == 1
+    assert average.model_dir == work / "1" / "average" / "trained"
+    # trained on both iterations' rollouts, identical rows once each
+    rows = pd.concat([pd.read_parquet(work / str(i) / "rollout" / "samples.parquet")
+                      for i in (0, 1)])  # fmt: skip
+    assert average.metrics["train/samples"] == len(rows)
+    assert average.metrics["train/distinct_samples"] == len(distinct_rows(rows)[0])
+    assert average.metrics["train/optimizer_steps"] == 2
+    ours, theirs = (
+        load_file(average.model_dir / "model.safetensors"),
+        load_file(last.model_dir / "model.safetensors"),
+    )
+    assert any((ours[k] != theirs[k]).any() for k in ours)  # fine-tuned from the last iterate
+    assert ours.keys() == theirs.keys()  # LoRA merged: a plain checkpoint
+    # evaluated on val like an iteration, its games against the last iterate
+    assert cfg.champion_metric in average.metrics
+    assert any(k.startswith("eval/vs_previous/") for k in average.metrics)
+    store = tmp_path / "store" / result.run_name / "1"
+    assert (store / "eval" / "average" / "metrics.json").exists()
+    assert (store / "eval" / "metrics.json").exists()  # the iteration's own, kept
+    # registered beside the iterations, under its alias
+    client = connect(cfg.tracking)
+    version = client.get_model_version_by_alias(cfg.registered_model, "average")
+    assert version.version == average.registered.version != last.registered.version
+    assert average.registered.checkpoint_uri.endswith(
+        f"/{result.run_name}/1/members/average/checkpoint"
+    )
