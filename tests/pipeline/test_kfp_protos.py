@@ -30,7 +30,7 @@ from sparring.pipelines.selfplay import compile_pipeline
 
 from sparring.loop.config import CONFIG_DIR, PipelineConfig
 
-NOT_PIPELINES = ("train.yaml", "sft.yaml")  # the single-step commands' configs
+NOT_PIPELINES = ("train.yaml", "sft.yaml", "sft-average.yaml")  # the trainers' configs
 SHIPPED = sorted(p for p in CONFIG_DIR.rglob("*.yaml") if p.name not in NOT_PIPELINES)
 TARGETS = ("2.16", "2.17")  # kubernetes.kfp_version
 PROTOS_2_16 = ("kfp-pipeline-spec==2.16.1", "kfp-kubernetes==2.16.1")
