@@ -41,6 +41,16 @@ def task_keys(spec: dict) -> dict[str, str]:
     return {t["taskInfo"]["name"]: k for d in dags for k, t in d["dag"]["tasks"].items()}
 
 
+def compiled(overrides: dict, path: Path) -> tuple[dict[str, str], dict[str, dict]]:
+    """A config with `overrides` compiled to `path`: each task's key by display name, and
+    each task by display name."""
+    from sparring.pipelines.selfplay import compile_pipeline
+
+    cfg = PipelineConfig.model_validate(overrides)
+    spec = next(yaml.safe_load_all(Path(compile_pipeline(cfg, str(path))).read_text()))
+    return task_keys(spec), {t["taskInfo"]["name"]: t for t in all_tasks(spec)}
+
+
 def producer(tasks: dict[str, dict], task: str, name: str) -> str:
     """The key of the task whose output `task`'s input artifact `name` is."""
     return tasks[task]["inputs"]["artifacts"][name]["taskOutputArtifact"]["producerTask"]
@@ -336,16 +346,10 @@ def test_with_carry_each_train_continues_the_previous_trains_optimizer(tmp_path)
 def test_the_start_and_the_test_evaluation_are_tasks(tmp_path):
     """`evaluate_start`: evaluate--1 plays the warm-started model and records it in the parent
     run; `game_init.num_test`: evaluate-test scores that start and the last trained model."""
-    from sparring.pipelines.selfplay import compile_pipeline
-
-    cfg = PipelineConfig.model_validate(
-        {"iterations": 2, "warm_start": {}, "evaluate_start": True, "game_init": {"num_test": 4}}
+    keys, tasks = compiled(
+        {"iterations": 2, "warm_start": {}, "evaluate_start": True, "game_init": {"num_test": 4}},
+        tmp_path / "t.yaml",
     )
-    spec = next(
-        yaml.safe_load_all(Path(compile_pipeline(cfg, str(tmp_path / "t.yaml"))).read_text())
-    )
-    keys = task_keys(spec)
-    tasks = {t["taskInfo"]["name"]: t for t in all_tasks(spec)}
 
     assert producer(tasks, "evaluate--1", "model") == keys["warm-start"]
     assert "parent_run_id" in tasks["evaluate--1"]["inputs"]["parameters"]
@@ -356,22 +360,8 @@ def test_the_start_and_the_test_evaluation_are_tasks(tmp_path):
 def test_the_magnet_moves_to_the_trained_model_of_every_nth_iteration(tmp_path):
     """`magnet_every: 2`: train-0 and train-1 anchor at the warm start, train-2 and train-3 at
     train-1's model, train-4 at train-3's; the test step still scores the warm start."""
-    from sparring.pipelines.selfplay import compile_pipeline
-
-    cfg = PipelineConfig.model_validate(
-        {
-            "iterations": 5,
-            "warm_start": {},
-            "magnet_every": 2,
-            "train": {"kl_coef": 0.1},
-            "game_init": {"num_test": 4},
-        }
-    )
-    spec = next(
-        yaml.safe_load_all(Path(compile_pipeline(cfg, str(tmp_path / "m.yaml"))).read_text())
-    )
-    keys = task_keys(spec)
-    tasks = {t["taskInfo"]["name"]: t for t in all_tasks(spec)}
+    magnet = {"iterations": 5, "warm_start": {}, "magnet_every": 2, "train": {"kl_coef": 0.1}}
+    keys, tasks = compiled(magnet | {"game_init": {"num_test": 4}}, tmp_path / "m.yaml")
 
     magnets = [producer(tasks, f"train-{i}", "reference") for i in range(5)]
     assert magnets == [keys[t] for t in ("warm-start",) * 2 + ("train-1",) * 2 + ("train-3",)]
@@ -413,16 +403,9 @@ def test_the_average_distills_after_the_last_iteration_and_is_the_final_model(tm
     them from storage by run name), evaluate-average plays it against that last model and
     uploads as member `average`, register-average registers it after register-1 (champion
     decisions in order), and evaluate-test scores it as the final model."""
-    from sparring.pipelines.selfplay import compile_pipeline
-
-    cfg = PipelineConfig.model_validate(
-        {"iterations": 2, "average": {}, "game_init": {"num_test": 4}}
+    keys, tasks = compiled(
+        {"iterations": 2, "average": {}, "game_init": {"num_test": 4}}, tmp_path / "a.yaml"
     )
-    spec = next(
-        yaml.safe_load_all(Path(compile_pipeline(cfg, str(tmp_path / "a.yaml"))).read_text())
-    )
-    keys = task_keys(spec)
-    tasks = {t["taskInfo"]["name"]: t for t in all_tasks(spec)}
 
     assert producer(tasks, "average", "last") == keys["train-1"]
     assert "run_name" in tasks["average"]["inputs"]["parameters"]
