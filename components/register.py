@@ -9,12 +9,12 @@ def register(
     iteration: int,
     run_name: str,
     parent_run_id: str,
-    samples: Input[Dataset],
     evaluation: Input[Artifact],
-    rollout_metrics: Input[Metrics],
-    train_metrics: Input[Metrics],
     eval_metrics: Input[Metrics],
     kfp_run_id: str,
+    samples: Input[Dataset] = None,
+    rollout_metrics: Input[Metrics] = None,
+    train_metrics: Input[Metrics] = None,
     member: str = "",
 ) -> str:
     """Verify the checkpoint at <storage.root>/<run_name>/<iteration>/checkpoint, log the
@@ -34,7 +34,9 @@ def register(
         kfp_run_id: the KFP run's unique id, a tag of the model version.
         member: a model beside the iteration's own (`average`, the distilled iterates),
             stored at <iteration>/members/<member>/checkpoint and registered under that
-            alias, off the parent run's curve; empty for the iteration's model.
+            alias with its eval metrics, off the parent run's curve, leaving the iteration's
+            run as it was (no samples, rollout or train metrics given); empty for the
+            iteration's model.
 
     Returns:
         The new model version.
@@ -48,9 +50,11 @@ def register(
     # On a KFP backend, metadata also holds MLMD's string properties (display_name, …).
     metrics = {}
     for consumed in (rollout_metrics, train_metrics, eval_metrics):
-        metrics |= numeric(consumed.metadata)
-    games = f"{samples.path}/games.jsonl"  # a rollout folder; verl-train's data folder has none
-    artifacts = [games if os.path.exists(games) else samples.path, evaluation.path]
+        metrics |= numeric(consumed.metadata) if consumed else {}
+    artifacts = []
+    if samples:  # a rollout folder; verl-train's data folder has no games.jsonl
+        games = f"{samples.path}/games.jsonl"
+        artifacts = [games if os.path.exists(games) else samples.path, evaluation.path]
     cfg = PipelineConfig.model_validate_json(config)
     scores = tasks.load_scores(evaluation.path)  # the champion metric per val game
     done = tasks.register(

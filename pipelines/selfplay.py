@@ -216,7 +216,7 @@ class _Graph:
             eval_metrics=ev.outputs["metrics"], kfp_run_id=self.job_id,
         ).set_env_variable(TRAINER_IMAGE_ENV, self._trainer_image())  # fmt: skip
 
-    def average(self, step: IterationPlan, last, samples, rollout_metrics, last_register):
+    def average(self, step: IterationPlan, last, last_register):
         """The iterates distilled into one model after the last iteration, evaluated against
         the last iterate and registered as the iteration's `average` (after its own register,
         so that the champion is decided in order). Returns the distilled checkpoint."""
@@ -232,9 +232,8 @@ class _Graph:
         )  # fmt: skip
         self.task(
             self.c.register, f"register-{name}", config=self.config, model=av.outputs["model"],
-            iteration=i, run_name=self.run_name, parent_run_id=self.parent, samples=samples,
-            evaluation=ev.outputs["evaluation"], rollout_metrics=rollout_metrics,
-            train_metrics=av.outputs["metrics"], eval_metrics=ev.outputs["metrics"],
+            iteration=i, run_name=self.run_name, parent_run_id=self.parent,
+            evaluation=ev.outputs["evaluation"], eval_metrics=ev.outputs["metrics"],
             kfp_run_id=self.job_id, member=name,
         ).set_env_variable(TRAINER_IMAGE_ENV, self._trainer_image()).after(last_register)  # fmt: skip
         return av.outputs["model"]
@@ -384,7 +383,7 @@ def _iterations(g: _Graph, start: dsl.PipelineTask) -> None:
         if step.moves_magnet:
             magnet = trained
     if cfg.average:  # the iterates as one model: the final model from here on
-        model = g.average(step, model, samples, rollout_metrics, registers[step.iteration])
+        model = g.average(step, model, registers[step.iteration])
     if cfg.game_init.num_test:  # the claim: start and final model once on the test states
         g.task(
             g.c.evaluate_test, "evaluate-test", cfg.kubernetes.eval_gpus, config=config,

@@ -171,12 +171,12 @@ def _average(
     evaluated, _ = tasks.evaluate(
         cfg, str(out / "trained"), str(last), val_inits, out / "eval", run_name, i, member=name
     )
-    metrics, scores = metrics | evaluated, tasks.load_scores(out / "eval")
-    registered = tasks.register(
-        cfg, parent, run_name, i, str(out / "trained"), metrics, [out / "eval" / "metrics.json"],
-        scores=scores, member=name, curve=False,
+    scores = tasks.load_scores(out / "eval")
+    registered = tasks.register(  # its version gets its evaluation; the iteration's run stays
+        cfg, parent, run_name, i, str(out / "trained"), evaluated, scores=scores, member=name,
+        curve=False,
     )  # fmt: skip
-    return Iteration(i, out / "trained", metrics, registered, scores)
+    return Iteration(i, out / "trained", metrics | evaluated, registered, scores)
 
 
 def _iteration(

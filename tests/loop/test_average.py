@@ -64,6 +64,8 @@ def test_the_iterates_are_distilled_evaluated_and_registered_as_average(
     client = connect(cfg.tracking)
     version = client.get_model_version_by_alias(cfg.registered_model, "average")
     assert str(version.version) == average.registered.version != last.registered.version
+    child = client.get_model_version(cfg.registered_model, last.registered.version).run_id
+    assert len(client.get_metric_history(child, "train/loss")) == 1  # the iteration's own only
     assert average.registered.checkpoint_uri.endswith(
         f"/{result.run_name}/1/members/average/checkpoint"
     )
