@@ -109,12 +109,15 @@ class Work(NamedTuple):
 
 
 def work(cfg: PipelineConfig, budget: int) -> Work:
-    """`cfg`'s work, its games' lengths counted against `budget` tokens per game."""
+    """`cfg`'s work, its games' lengths counted against `budget` tokens per game. With
+    `average`, its evaluation and three tasks count; its SFT does not (how many distinct rows
+    it trains on is known only after the run)."""
     turns = cfg.game.cls.turn_budget(cfg.game.params)
     length = cfg.rollout.sampling.max_new_tokens * turns / budget
-    ws = cfg.warm_start
-    evals = (cfg.iterations + cfg.evaluate_start) * eval_games(cfg) + games_on_test(cfg)
-    steps = 4 + (ws is not None) + 4 * cfg.iterations + cfg.evaluate_start
+    ws, averaged = cfg.warm_start, cfg.average is not None
+    evals = (cfg.iterations + cfg.evaluate_start + averaged) * eval_games(cfg)
+    evals += games_on_test(cfg)
+    steps = 4 + (ws is not None) + 4 * cfg.iterations + cfg.evaluate_start + 3 * averaged
     return Work(
         sft=ws.num_states * ws.train.epochs if ws else 0.0,
         rollout=cfg.iterations * cfg.games_per_iteration * length,
