@@ -137,14 +137,13 @@ def distill(folder: Path, saved: dict, seed: str, out: Path) -> dict:
     """6., for a run made without `average`: the loop's distillation (`tasks.average`, the
     config's `average` or its default, seeded as the run was) of the run `folder` stored,
     read out as `eval/exploitability` is."""
-    sets = saved.get("set", []) + ([] if "average" in saved_config(saved).model_fields_set
-                                   else ["average={}"])  # fmt: skip
-    cfg = measured(saved_config(saved | {"set": sets}), int(seed), folder)
-    run, last = stored_run(folder, saved, seed), plan(cfg)[-1].iteration
-    tasks.average(cfg, str(run / str(last) / "checkpoint"), run.name, out)
+    cfg = saved_config(saved)
+    cfg = cfg if cfg.average else saved_config(saved | {"set": [*saved["set"], "average={}"]})
+    cfg = measured(cfg, int(seed), folder)  # the run's seeds, its store
+    run, done = stored_run(folder, saved, seed), [step.iteration for step in plan(cfg)]
+    tasks.average(cfg, str(run / str(done[-1]) / "checkpoint"), run.name, out)
     table = policy(cfg, out)
-    return distilled_row({METRIC: exploitability(table), CARDS: card_dependence(table)},
-                         [step.iteration for step in plan(cfg)])  # fmt: skip
+    return distilled_row({METRIC: exploitability(table), CARDS: card_dependence(table)}, done)
 
 
 def stored_run(folder: Path, saved: dict, seed: str) -> Path:
