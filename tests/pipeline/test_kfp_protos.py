@@ -33,6 +33,7 @@ from sparring.loop.config import CONFIG_DIR, PipelineConfig
 NOT_PIPELINES = ("train.yaml", "sft.yaml", "sft-average.yaml")  # the trainers' configs
 SHIPPED = sorted(p for p in CONFIG_DIR.rglob("*.yaml") if p.name not in NOT_PIPELINES)
 TARGETS = ("2.16", "2.17")  # kubernetes.kfp_version
+AVERAGED = "kuhn-smollm2.yaml"  # also compiled with `average`: its three tasks parse too
 PROTOS_2_16 = ("kfp-pipeline-spec==2.16.1", "kfp-kubernetes==2.16.1")
 
 # Runs with `root` holding kfp/pipeline_spec and kfp/kubernetes of one release: only their
@@ -88,15 +89,18 @@ def protos(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory) -> dict[tuple[str, str], Path]:
     """{(config file, target): its compiled IR}, 2 unrolled iterations each (every kfp call
-    of a longer run is one of these)."""
+    of a longer run is one of these); `AVERAGED` once more with `average` set."""
     out = tmp_path_factory.mktemp("ir")
     irs = {}
-    for path in SHIPPED:
-        cfg = PipelineConfig.from_yaml(path).model_copy(update={"iterations": 2})
+    variants = [(p.name, PipelineConfig.from_yaml(p)) for p in SHIPPED]
+    averaged = PipelineConfig.from_yaml(CONFIG_DIR / AVERAGED).model_dump(exclude_unset=True)
+    variants += [(f"{AVERAGED}+average", PipelineConfig.model_validate(averaged | {"average": {}}))]
+    for name, cfg in variants:
+        cfg = cfg.model_copy(update={"iterations": 2})
         for target in TARGETS:
             k8s = cfg.kubernetes.model_copy(update={"kfp_version": target})
-            ir = out / f"{path.stem}-{target}.yaml"
-            irs[path.name, target] = Path(
+            ir = out / f"{name}-{target}.yaml"
+            irs[name, target] = Path(
                 compile_pipeline(cfg.model_copy(update={"kubernetes": k8s}), str(ir))
             )
     return irs
@@ -121,7 +125,7 @@ def test_what_targets_a_release_parses_strictly_with_its_protos(release, protos,
     one for 2.17 with 2.17's. Every executor has its Kubernetes config."""
     files = {k: v for k, v in compiled.items() if k[1] == "2.16" or release == "2.17"}
     report = parse(protos[release], list(files.values()))
-    assert len(report) == len(SHIPPED) * (1 if release == "2.16" else 2)
+    assert len(report) == (len(SHIPPED) + 1) * (1 if release == "2.16" else 2)
     for (config, target), ir in files.items():
         assert report[str(ir)]["errors"] == [], f"{config} for KFP {target}"
         assert report[str(ir)]["executors"] > 0, config
