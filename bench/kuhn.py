@@ -70,6 +70,7 @@ from sparring.games.textarena.exploitability import (
     one_state_fixes,
     reach,
     read_policy,
+    table,
 )
 from sparring.generation.hf import HFBackend
 from sparring.loop import tasks
@@ -102,17 +103,12 @@ def row(metrics: dict[str, float]) -> dict[str, float]:
     }
 
 
-def table(r: dict[str, float]) -> TablePolicy:
-    """The table a curve's row logged (`BETS`)."""
-    return {s: {"Pass": 1 - r[BETS + s], "Bet": r[BETS + s]} for s in INFO_STATES}
-
-
 def tables(curve: list[dict]) -> list[TablePolicy]:
     """The updated models' tables (the rows after the start's); [] where the rows lack them."""
     rows = curve[1:]
     if not rows or any(BETS + INFO_STATES[0] not in r for r in rows):
         return []
-    return [table(r) for r in rows]
+    return [table(r, "eval/") for r in rows]
 
 
 def averaged(curve: list[dict]) -> list[float]:
@@ -133,12 +129,12 @@ def distilled_row(metrics: dict[str, float], iterations: list[int]) -> dict:
     return {METRIC: metrics[METRIC], CARDS: metrics[CARDS], "iterations": iterations}
 
 
-def distill(folder: Path, saved: dict, seed: str, out: Path) -> dict:
+def distill(folder: Path, saved: dict, seed: str, out: Path, sets: list[str]) -> dict:
     """6., for a run made without `average`: the loop's distillation (`tasks.average`, the
-    config's `average` or its default, seeded as the run was) of the run `folder` stored,
-    read out as `eval/exploitability` is."""
-    cfg = saved_config(saved)
-    cfg = cfg if cfg.average else saved_config(saved | {"set": [*saved["set"], "average={}"]})
+    config's `average` or its default, then `sets`, seeded as the run was) of the run `folder`
+    stored, read out as `eval/exploitability` is."""
+    on = [] if saved_config(saved).average else ["average={}"]
+    cfg = saved_config(saved | {"set": [*saved["set"], *on, *sets]})
     cfg = measured(cfg, int(seed), folder)  # the run's seeds, its store
     run, done = stored_run(folder, saved, seed), [step.iteration for step in plan(cfg)]
     tasks.average(cfg, str(run / str(done[-1]) / "checkpoint"), run.name, out)
@@ -223,7 +219,8 @@ def main() -> None:
     )
     ap.add_argument("--config", default=str(CONFIG_DIR / "kuhn.yaml"), help="a pipeline config")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a config field (dotted path, YAML value); repeatable")  # fmt: skip
+                    help="override a config field (dotted path, YAML value); repeatable; with "
+                         "--merge --average, the distillation's (average.source=tables)")  # fmt: skip
     ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds")
     ap.add_argument("--out", help="work folder (default: a temp folder)")
     ap.add_argument("--merge", nargs="+", metavar="DIR",
@@ -241,7 +238,8 @@ def main() -> None:
             run = json.loads((folder / "kuhn.json").read_text())
             for seed in run["curves"] if args.average else ():  # 6., from the stored iterates
                 out_dir = out / f"seed-{seed}-average"
-                run.setdefault("distilled", {})[seed] = distill(folder, run, seed, out_dir)
+                distilled = distill(folder, run, seed, out_dir, args.set)
+                run.setdefault("distilled", {})[seed] = distilled
             merged = run | {k: merged[k] | run.get(k, {}) for k in ("curves", "distilled", "runs")}
         report(merged, out)
         return

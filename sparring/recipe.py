@@ -74,17 +74,23 @@ def _distilling() -> SFTConfig:
 
 class Average(_Strict):
     """After the last iteration, the iterates as one model (`sparring.loop.tasks.average`):
-    the last iterate fine-tuned on every iteration's rollout, each played by that iteration's
-    model, at the temperature it was sampled at. The mixture of the iterates is the average
-    that no-regret self-play converges in, where the last iterate may cycle (NFSP's average
-    policy, fitted once after the run). It is evaluated on val like an iteration, registered
-    under the alias `average` (and as champion if it scores best), and with test states it is
-    the final model the test scores."""
+    the last iterate fine-tuned to play as the mixture of the iterates would (one of them
+    drawn per game), the average that no-regret self-play converges in, where the last
+    iterate may cycle (NFSP's average policy, fitted once after the run). It is evaluated on
+    val like an iteration, registered under the alias `average` (and as champion if it scores
+    best), and with test states it is the final model the test scores."""
 
+    source: Literal["rollouts", "tables"] = "rollouts"
+    """What it is fitted to. `rollouts`: every iteration's stored rollout, each played by that
+    iteration's model, at the temperature it was sampled at (any game; the mixture as far as
+    the rollouts sample it, so a rarely reached state keeps its sampling noise). `tables`:
+    the exact mixture of the updated models' policies as each evaluation read them out whole
+    (games that `reads_policy_table`: Kuhn Poker), both replies of every decision weighted by
+    the mixture's probability of them, at the evaluation's temperature."""
     train: SFTConfig = Field(default_factory=_distilling)
     """The distillation's SFT (`device` is the top's); a field not given keeps
     configs/sft-average.yaml's value. `at_sampling_temperature` should stay on, or the model
-    fits at T = 1 the moves that were sampled at the rollout's T."""
+    fits at T = 1 the moves that were sampled (or read out) at the rollout's (evaluation's) T."""
 
     @model_validator(mode="before")
     @classmethod
@@ -290,7 +296,8 @@ class Recipe(_Strict):
         return self
 
     def _check_average(self) -> None:
-        """The distillation reads each iteration's rollout samples of the one learner."""
+        """The distillation reads one learner's rollout samples, or its evaluations' tables."""
+        assert self.average is not None
         needs = {
             "train_backend: torch (verl keeps its rollouts inside its task)": (
                 self.train_backend == "torch"
@@ -298,7 +305,10 @@ class Recipe(_Strict):
             "population: null (one learner's iterates)": self.population is None,
             "sft_control: null (it plays no rollout)": self.sft_control is None,
         }
-        _require("average distills the iterations' rollouts", needs, "average: null")
+        if self.average.source == "tables":
+            whole = f"a game whose evaluation reads out its whole policy (not {self.game.name})"
+            needs[whole] = self.game.cls.reads_policy_table
+        _require(f"average distills one learner's {self.average.source}", needs, "average: null")
 
     def _check_population(self) -> None:
         """What a population (sparring.loop.population) needs of the recipe."""

@@ -28,6 +28,8 @@ One samples row per (game, seat):
     rollout_log_probs  list[float] | None  the engine's log-prob of each generated token   (T,)
                      (0 elsewhere); None for a scripted seat or an engine that gave none
 The rollout adds `temperature` and `top_p` for model seats (how their tokens were sampled).
+Rows built to distill a table (`Game.average_rows`) carry only input_ids, assistant_mask,
+token_rewards, temperature and `weight` (SFT trains a row of weight w as w copies of it).
 """
 
 from __future__ import annotations

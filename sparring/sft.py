@@ -42,9 +42,20 @@ def sft_loss(model, mb: Batch, rows: list[int], actor_cfg) -> tuple[torch.Tensor
     return nll, {"nll": mean_nll}
 
 
+def row_weights(df: pd.DataFrame) -> np.ndarray:
+    """Each row's weight: the samples' optional `weight` column (a row of weight w trains as w
+    copies of it), else 1."""
+    if "weight" not in df.columns:
+        return np.ones(len(df), np.float32)
+    weights = df["weight"].to_numpy(np.float32)
+    if not np.isfinite(weights).all() or (weights < 0).any():
+        raise ValueError("the samples' weight column holds a negative or non-finite weight")
+    return weights
+
+
 def distinct_rows(df: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
     """The distinct rows of `df` (same tokens, mask and temperature), first seen first, and
-    how many times each occurs."""
+    how many times each occurs (their weights summed, `row_weights`)."""
     keys = [
         (np.asarray(x).tobytes(), np.asarray(m).tobytes(), t)
         for x, m, t in zip(
@@ -55,9 +66,9 @@ def distinct_rows(df: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
         )
     ]
     first, counts = {}, {}
-    for i, k in enumerate(keys):
+    for i, (k, w) in enumerate(zip(keys, row_weights(df), strict=True)):
         first.setdefault(k, i)
-        counts[k] = counts.get(k, 0) + 1
+        counts[k] = counts.get(k, 0.0) + float(w)
     kept = df.iloc[list(first.values())].reset_index(drop=True)
     return kept, np.array([counts[k] for k in first], dtype=np.float32)
 
@@ -70,7 +81,8 @@ def sft(
     device: str = "auto",
 ) -> TrainStats:
     """Fine-tune `model_path` on every row of the samples (whatever policy played it, e.g.
-    scripted self-play); saves a HF checkpoint and metrics.json to `out_dir`."""
+    scripted self-play; a row of `weight` w as w copies); saves a HF checkpoint and
+    metrics.json to `out_dir`."""
     cfg = cfg or SFTConfig()
     torch.manual_seed(cfg.seed)
     device = pick_device(device)
@@ -80,6 +92,9 @@ def sft(
     if not cfg.at_sampling_temperature:  # imitation: plain softmax
         df = df.drop(columns=["temperature", "top_p"], errors="ignore")
     counts = None
+    if "weight" in df.columns:
+        cfg.check_weighted("the samples weigh their rows")
+        counts = row_weights(df)
     if cfg.merge_duplicates:
         df, counts = distinct_rows(df)
     batch = collate(df, tokenizer.pad_token_id, cfg.max_seq_len, counts)

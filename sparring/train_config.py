@@ -205,9 +205,12 @@ class SFTConfig(OptimConfig):
 
     @model_validator(mode="after")
     def _check_merge(self) -> SFTConfig:
-        if self.merge_duplicates and self.loss_agg_mode not in ("token-mean", "token-sum"):
-            raise ValueError(
-                f"merge_duplicates weights each row by its count, which loss_agg_mode "
-                f"{self.loss_agg_mode!r} cancels; use token-mean or token-sum"
-            )
+        if self.merge_duplicates:
+            self.check_weighted("merge_duplicates weights each row by its count")
         return self
+
+    def check_weighted(self, why: str) -> None:
+        """Refuse a loss aggregation that would cancel per-row weights (`why` they are used)."""
+        if self.loss_agg_mode not in ("token-mean", "token-sum"):
+            raise ValueError(f"{why}, which loss_agg_mode {self.loss_agg_mode!r} cancels; use "
+                             "token-mean or token-sum")  # fmt: skip

@@ -70,16 +70,29 @@ def test_merged_duplicates_train_as_the_copies_they_stand_for(tiny_model_dir, to
     plain, plain_m = _trained(tiny_model_dir, copies, tmp_path, "copies")
     merged, merged_m = _trained(tiny_model_dir, copies, tmp_path, "merged", merge_duplicates=True)
     once, once_m = _trained(tiny_model_dir, two, tmp_path, "once")  # the copies' weight lost
+    weighted, weighted_m = _trained(tiny_model_dir, two.assign(weight=[3.0, 1.0]), tmp_path, "w")
     assert (merged_m["train/distinct_samples"], plain_m["train/distinct_samples"]) == (2, 4)
     assert merged_m["train/samples"] == plain_m["train/samples"] == 4
     for metric in ("train/loss", "train/nll", "train/grad_norm"):  # the same loss, step by step
         assert merged_m[metric] == pytest.approx(plain_m[metric], rel=1e-5)
+        assert weighted_m[metric] == pytest.approx(plain_m[metric], rel=1e-5)
         assert once_m[metric] != pytest.approx(plain_m[metric], rel=1e-3)
 
     def gap(a: dict) -> float:
         return max(float((a[k] - plain[k]).abs().max()) for k in plain)
 
-    assert gap(merged) < gap(once) / 10  # Adam's first step amplifies rounding, not this much
+    # Adam's first step amplifies rounding, not this much
+    assert max(gap(merged), gap(weighted)) < gap(once) / 10
+
+
+def test_a_weight_column_is_checked(tiny_model_dir, tokenizer, tmp_path):
+    """Weights a loss would cancel, or that are no weights, are refused before training."""
+    two = make_samples(tokenizer, [0.0, 1.0])
+    with pytest.raises(ValueError, match="weigh their rows.*token-mean"):
+        _trained(tiny_model_dir, two.assign(weight=1.0), tmp_path, "seq",
+                 loss_agg_mode="seq-mean-token-mean")  # fmt: skip
+    with pytest.raises(ValueError, match="negative or non-finite weight"):
+        _trained(tiny_model_dir, two.assign(weight=[1.0, -1.0]), tmp_path, "negative")
 
 
 def test_at_sampling_temperature_scores_each_row_at_its_temperature(tiny_model_dir, tokenizer,

@@ -26,7 +26,8 @@ Rules for implementers (docs/adding-a-game.md walks through one):
   `agents` (scripted agents by name), `learner_agents`, `default_opponent`,
   `extra_group_keys`, `image_flavour`, `group_keys(seat)`, `transfer_pairs`,
   `turn_budget(params)`, `episode_metrics(plays)`, `role_breakdown`, `eval_lineups(mode,
-  opponent)`, `baselines()`, `policy_metrics` and `write_report`. It never reads a key of `outcome()` or of the rule parameters
+  opponent)`, `baselines()`, `policy_metrics`, `reads_policy_table` with `average_rows`, and
+  `write_report`. It never reads a key of `outcome()` or of the rule parameters
   (tests/games/test_seam.py).
 """
 
@@ -168,6 +169,9 @@ class Game(ABC):
     role_breakdown: ClassVar[str | None] = None
     """If set, rollout also logs the learner's metrics per role, as
     `rollout/<role_breakdown>/<role>/<metric>`."""
+    reads_policy_table: ClassVar[bool] = False
+    """Whether `policy_metrics` hold the model's whole policy (a table over every decision of
+    the game), so that `average_rows` fits the mixture of the iterates exactly (Kuhn Poker)."""
 
     @abstractmethod
     def generate_state(self, seed: int) -> dict[str, Any]:
@@ -317,6 +321,14 @@ class Game(ABC):
         evaluation's; `play` the engine's way to play extra games, handed in by the caller
         (games sit below the engine). None by default."""
         return {}
+
+    def average_rows(
+        self, tokenizer: Any, iterates: list[dict[str, float]], temperature: float
+    ) -> list[dict[str, Any]]:
+        """Weighted samples rows (`sparring.samples`) whose imitation at `temperature`
+        (`sparring.sft`, token-mean) fits the mixture of the iterates (one drawn per game) whose
+        `policy_metrics` are `iterates`. Only games that `reads_policy_table`."""
+        raise NotImplementedError(f"{self.name} reads no policy table out (reads_policy_table)")
 
     @classmethod
     def write_report(cls, metrics: dict[str, float], out_dir: Path) -> dict[str, Path]:

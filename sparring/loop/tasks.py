@@ -279,26 +279,65 @@ def average(
     cfg: PipelineConfig, model_dir: str, run_name: str, out_dir: str | Path
 ) -> dict[str, float]:
     """The iterates distilled into one model (`cfg.average`): `model_dir`, the last iterate,
-    fine-tuned on the stored rollout samples of every planned iteration, each played by that
-    iteration's model (`sparring.sft`, `average.train`). A HF checkpoint in `out_dir`; returns
-    the SFT's metrics."""
-    from sparring import storage
+    fine-tuned (`sparring.sft`, `average.train`) on the stored rollout samples of every
+    planned iteration, each played by that iteration's model (`source: rollouts`), or on rows
+    that weigh every decision's replies by the mixture of the tables their evaluations read
+    out (`source: tables`). A HF checkpoint in `out_dir`; returns the SFT's metrics."""
     from sparring.loop.plan import plan
     from sparring.sft import sft
 
     assert cfg.average is not None, "average is off in this config"
     iterations = [step.iteration for step in plan(cfg)]
+    data = _mixture_rows if cfg.average.source == "tables" else _rollout_samples
     with tempfile.TemporaryDirectory() as tmp, heap.PeakRSS() as peak:
-        samples = []
-        for i in iterations:  # only the samples: games and stats stay in storage
-            uri = run_uri(cfg, run_name, i, "rollout")
-            wanted = [e for e in storage.verify(uri, cfg.storage.client_config())
-                      if e.path == "samples.parquet"]  # fmt: skip
-            storage.download_dir(uri, Path(tmp) / str(i), cfg.storage.client_config(), wanted)
-            samples.append(Path(tmp) / str(i) / "samples.parquet")
+        samples = data(cfg, run_name, iterations, model_dir, Path(tmp))
         stats = sft(model_dir, samples, out_dir, cfg.average.train, cfg.device)
-    log(f"average: iterations {iterations[0]}-{iterations[-1]} distilled into {out_dir}")
+    log(f"average: iterations {iterations[0]}-{iterations[-1]}' {cfg.average.source} "
+        f"distilled into {out_dir}")  # fmt: skip
     return stats.metrics | {PEAK_RSS.format("average"): peak.gib}
+
+
+def _rollout_samples(
+    cfg: PipelineConfig, run_name: str, iterations: list[int], model_dir: str, tmp: Path
+) -> list[Path]:
+    """Each iteration's stored `samples.parquet`, downloaded into `tmp` (games and stats stay
+    in storage)."""
+    from sparring import storage
+
+    samples = []
+    for i in iterations:
+        uri = run_uri(cfg, run_name, i, "rollout")
+        wanted = [e for e in storage.verify(uri, cfg.storage.client_config())
+                  if e.path == "samples.parquet"]  # fmt: skip
+        storage.download_dir(uri, tmp / str(i), cfg.storage.client_config(), wanted)
+        samples.append(tmp / str(i) / "samples.parquet")
+    return samples
+
+
+def _mixture_rows(
+    cfg: PipelineConfig, run_name: str, iterations: list[int], model_dir: str, tmp: Path
+) -> list[Path]:
+    """The game's `average_rows` of each iteration's stored evaluation (its
+    `policy_metrics`, the updated model's table), as one samples parquet in `tmp`."""
+    import pandas as pd
+    from transformers import AutoTokenizer
+
+    from sparring import storage
+
+    iterates = []
+    for i in iterations:
+        uri = run_uri(cfg, run_name, i, "eval")
+        text = storage.read_text(uri, "metrics.json", cfg.storage.client_config())
+        if text is None:
+            raise FileNotFoundError(f"{uri}/metrics.json is missing: iteration {i} has no "
+                                    "stored evaluation to read its table from")  # fmt: skip
+        iterates.append({k.removeprefix("eval/"): v for k, v in json.loads(text).items()})
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    temperature = cfg.eval.rollout.sampling.temperature
+    rows = cfg.game.make().average_rows(tokenizer, iterates, temperature)
+    path = tmp / "mixture.parquet"
+    pd.DataFrame(rows).to_parquet(path)
+    return [path]
 
 
 def evaluate(

@@ -1,16 +1,21 @@
 """The iterates as one model (`average`): after the last iteration the loop fine-tunes the
-last iterate on every iteration's stored rollout, evaluates it against that iterate and
-registers it under the alias `average`, beside the iterations' own versions."""
+last iterate on every iteration's stored rollout (or, in Kuhn Poker, on the mixture of the
+tables its evaluations read out), evaluates it against that iterate and registers it under
+the alias `average`, beside the iterations' own versions."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from safetensors.torch import load_file
 
 from sparring.cli.options import load_config, parse_params
+from sparring.loop import tasks
 from sparring.loop.config import PipelineConfig
+from sparring.loop.io import run_uri, upload
 from sparring.loop.runner import run_loop
 from sparring.sft import distinct_rows
 from sparring.tracking import TrackingConfig, connect
@@ -69,3 +74,39 @@ def test_the_iterates_are_distilled_evaluated_and_registered_as_average(
     assert average.registered.checkpoint_uri.endswith(
         f"/{result.run_name}/1/members/average/checkpoint"
     )
+
+
+def test_the_tables_source_fits_the_mixture_of_the_stored_evaluations(tiny_model_dir, tmp_path):
+    """`average.source: tables` reads every iteration's stored evaluation and fits the last
+    iterate to the mixture of their tables: two iterations that both read out always-call
+    (check, and call any bet) move the tiny model's readout onto it. A missing evaluation is
+    named."""
+    pytest.importorskip("pyspiel")
+    from sparring.games.textarena import exploitability as kuhn
+    from sparring.generation.hf import HFBackend
+
+    sets = ("iterations=2", f"model={tiny_model_dir}", f"storage.root={tmp_path / 'store'}")
+    sets += ("average={source: tables, train: {steps: 8, lr: 1.0e-2, lora_rank: 0, "
+             "lr_schedule: constant, micro_batch_size: 24}}",)  # fmt: skip
+    cfg = load_config(PipelineConfig, str(ROOT / "configs" / "kuhn.yaml"), parse_params(sets))
+    logged = {f"eval/p_bet/{s}": row["Bet"] for s, row in kuhn.ALWAYS_CALL.items()}
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "metrics.json").write_text(json.dumps(logged | {"eval/x": 0.5}))
+    upload(cfg, tmp_path / "eval", run_uri(cfg, "r", 0, "eval"))
+    with pytest.raises(FileNotFoundError, match="iteration 1 has no stored evaluation"):
+        tasks.average(cfg, str(tiny_model_dir), "r", tmp_path / "average")
+    upload(cfg, tmp_path / "eval", run_uri(cfg, "r", 1, "eval"))
+
+    metrics = tasks.average(cfg, str(tiny_model_dir), "r", tmp_path / "average")
+    assert metrics["train/samples"] == 24  # both replies at each of the 12 sets
+
+    temperature = cfg.eval.rollout.sampling.temperature
+
+    def readout(model: Path) -> dict[str, float]:
+        table = kuhn.read_policy(HFBackend(str(model)), cfg.game.make(), temperature)
+        return {s: row["Bet"] for s, row in table.items()}
+
+    before, after = readout(tiny_model_dir), readout(tmp_path / "average")
+    target = {s: row["Bet"] for s, row in kuhn.ALWAYS_CALL.items()}
+    assert max(abs(after[s] - target[s]) for s in target) < 0.1, after
+    assert max(abs(before[s] - target[s]) for s in target) > 0.4

@@ -428,6 +428,7 @@ def test_the_average_distills_after_the_last_iteration_and_is_the_final_model(tm
     [
         ({"population": {"size": 2}}, "population: null"),
         ({"train_backend": "verl", "games_per_iteration": 512}, "train_backend: torch"),
+        ({"average": {"source": "tables"}}, "reads out its whole policy \\(not matching\\)"),
     ],
 )
 def test_an_average_without_the_one_learners_rollouts_is_refused(override, message):

@@ -49,6 +49,7 @@ class KuhnPoker(TextArenaGame):
     }
     learner_agents = frozenset({"kuhn-poker-exploiter"})
     default_opponent = "kuhn-poker-scripted"
+    reads_policy_table = True
 
     def __init__(
         self,
@@ -141,6 +142,16 @@ class KuhnPoker(TextArenaGame):
         return own | {
             f"exploitability/{name}": kuhn.exploitability(t) for name, t in tables.items()
         }
+
+    def average_rows(
+        self, tokenizer: Any, iterates: list[dict[str, float]], temperature: float
+    ) -> list[dict[str, Any]]:
+        """Both replies at each of the 12 information sets, weighted by the exact mixture of
+        the iterates' tables (`exploitability.mixture`, `imitation_rows`)."""
+        from sparring.games.textarena import exploitability as kuhn
+
+        mixed = kuhn.mixture([kuhn.table(m) for m in iterates])
+        return kuhn.imitation_rows(tokenizer, self, mixed, temperature)
 
 
 class TicTacToe(TextArenaGame):
