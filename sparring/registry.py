@@ -55,11 +55,10 @@ from mlflow.tracking import MlflowClient
 from sparring import storage
 from sparring.image_stacks import MODEL_PACKAGES, STACKS
 from sparring.stats import paired_gain
-from sparring.tracking import CHAMPION, CHECKPOINT_TAG, RUN_TAG, connect
+from sparring.tracking import CHAMPION, CHECKPOINT_TAG, MEMBER_TAG, RUN_TAG, connect
 
 MODEL_ID_TAG = "sparring.model_id"  # the version's logged model (search results omit model_id)
 EVAL_KEY_TAG = "sparring.eval_key"  # what its score is comparable with (Recipe.eval_key)
-MEMBER_TAG = "sparring.member"  # a population member's version (sparring.population)
 SCORES_ARTIFACT = "champion/val_scores.json"  # its per-val-game scores, in its run
 INFERENCE_TASK = "llm/v1/chat"  # pyfunc takes {"messages": [...]} and returns chat.completion
 _TOKENIZER_DIR = "components/tokenizer"  # where MLflow's transformers flavour reads it

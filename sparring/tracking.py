@@ -40,6 +40,7 @@ from sparring.settings import TrackingConfig
 
 CHAMPION = "champion"
 ITERATION_TAG = "sparring.iteration"
+MEMBER_TAG = "sparring.member"  # a population member's or the average's run and version
 CHECKPOINT_TAG = "sparring.checkpoint"  # a version's verified storage URI (sparring.registry)
 RUN_TAG = "run"  # a version's pipeline run (the storage key `<root>/<run>`)
 _PARAM_MAX = 6000  # MLflow's limit on a param value
@@ -124,14 +125,19 @@ class PipelineRun:
 
     Build it with `start` (a new parent) or `attach` (a later task of the
     same pipeline). Metrics logged for an iteration go to its child run at step=iteration and
-    to the parent at the same step, so the parent shows the curve across iterations.
+    to the parent at the same step, so the parent shows the curve across iterations. Attached
+    for a `member` (a population's, or the average), the iteration's child run is the
+    member's own, so that its metrics never overwrite the iteration's.
     """
 
-    def __init__(self, client: MlflowClient, run_id: str, owned: bool) -> None:
+    def __init__(
+        self, client: MlflowClient, run_id: str, owned: bool, member: str | None = None
+    ) -> None:
         self.client = client
         self.run_id = run_id
         self.experiment_id = client.get_run(run_id).info.experiment_id
         self.owned = owned  # we created it, so we end it
+        self.member = member
         self._children: dict[int, str] = {}
 
     @classmethod
@@ -164,26 +170,33 @@ class PipelineRun:
         return run
 
     @classmethod
-    def attach(cls, run_id: str, config: TrackingConfig | None = None) -> PipelineRun:
+    def attach(
+        cls, run_id: str, config: TrackingConfig | None = None, member: str | None = None
+    ) -> PipelineRun:
         """An existing parent run, e.g. from the task that started the pipeline."""
-        return cls(connect(config), run_id, owned=False)
+        return cls(connect(config), run_id, owned=False, member=member)
 
     def iteration_run(self, iteration: int) -> str:
-        """The run id of iteration `iteration`'s child run, created on first use."""
+        """The run id of iteration `iteration`'s child run (the `member`'s own), created on
+        first use."""
         if iteration not in self._children:
-            found = self.client.search_runs(
-                [self.experiment_id],
-                filter_string=f"tags.mlflow.parentRunId = '{self.run_id}' "
-                f"and tags.`{ITERATION_TAG}` = '{iteration}'",
-                max_results=1,
-            )
+            found = [
+                r
+                for r in self.client.search_runs(
+                    [self.experiment_id],
+                    filter_string=f"tags.mlflow.parentRunId = '{self.run_id}' "
+                    f"and tags.`{ITERATION_TAG}` = '{iteration}'",
+                )
+                if r.data.tags.get(MEMBER_TAG) == self.member
+            ]
+            tags = {"mlflow.parentRunId": self.run_id, ITERATION_TAG: str(iteration)}
             self._children[iteration] = (
                 found[0].info.run_id
                 if found
                 else self.client.create_run(
                     self.experiment_id,
-                    run_name=f"iteration-{iteration}",
-                    tags={"mlflow.parentRunId": self.run_id, ITERATION_TAG: str(iteration)},
+                    run_name=f"iteration-{iteration}" + (f"-{self.member}" if self.member else ""),
+                    tags=tags | ({MEMBER_TAG: self.member} if self.member else {}),
                 ).info.run_id
             )
         return self._children[iteration]

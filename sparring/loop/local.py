@@ -220,7 +220,7 @@ def format_summary(result: LocalRun, cfg: PipelineConfig, result_name: str) -> s
     ]
     for r in result.rows:
         lines.append(
-            f"{iteration_label(cfg, r['iteration']):>5}  {r['rollout']:>14.3f}  "
+            f"{iteration_label(cfg, r['iteration'], r['member']):>5}  {r['rollout']:>14.3f}  "
             f"{r['score']:>36.3f}  {r['version']:>7}  {r['checkpoint']}"
         )
     baselines = next((r["baselines"] for r in reversed(result.rows) if r["baselines"]), {})

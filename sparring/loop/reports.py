@@ -104,7 +104,8 @@ def run_summary(
     """The Markdown summary `finish` writes: reward per iteration (the first row the start's
     with `evaluate_start`), the champion and the test figures."""
     table = "\n".join(
-        f"| {iteration_label(cfg, r['iteration'])} | {r['rollout']:.3f} | {r['score']:.3f} | "
+        f"| {iteration_label(cfg, r['iteration'], r['member'])} | {r['rollout']:.3f} | "
+        f"{r['score']:.3f} | "
         f"{r['version']} |"
         for r in rows
     )
@@ -117,9 +118,11 @@ def run_summary(
     )
 
 
-def iteration_label(cfg: PipelineConfig, iteration: int) -> str:
-    """An evaluation's row label: its iteration, or `start` for the one before any update."""
-    return "start" if iteration < cfg.first_iteration else str(iteration)
+def iteration_label(cfg: PipelineConfig, iteration: int, member: str | None = None) -> str:
+    """An evaluation's row label: its iteration, or `start` for the one before any update; a
+    member's, `<iteration> <member>`."""
+    label = "start" if iteration < cfg.first_iteration else str(iteration)
+    return f"{label} {member}" if member else label
 
 
 def test_line(cfg: PipelineConfig, test: dict[str, float]) -> str:
@@ -138,10 +141,11 @@ def test_figures(parent_run_id: str, client: Any) -> dict[str, float]:
 
 
 def summary_rows(cfg: PipelineConfig, parent_run_id: str, client: Any) -> list[dict[str, Any]]:
-    """Per iteration of the parent run (and the start, which has no rollout nor version):
-    rollout reward, champion metric, model version, URI, and the game's baselines on the same
-    states (`eval/baseline/<name>`)."""
-    from sparring.tracking import CHECKPOINT_TAG, ITERATION_TAG
+    """Per child run of the parent run (each iteration's, the start's, which has no rollout
+    nor version, and a population member's or the average's own, its `member` named): rollout
+    reward, champion metric, model version, URI, and the game's baselines on the same states
+    (`eval/baseline/<name>`). In iteration order, an iteration's own run first."""
+    from sparring.tracking import CHECKPOINT_TAG, ITERATION_TAG, MEMBER_TAG
 
     parent = client.get_run(parent_run_id)
     children = client.search_runs(
@@ -156,6 +160,7 @@ def summary_rows(cfg: PipelineConfig, parent_run_id: str, client: Any) -> list[d
         rows.append(
             {
                 "iteration": int(child.data.tags[ITERATION_TAG]),
+                "member": child.data.tags.get(MEMBER_TAG),
                 "rollout": m.get(metric_name(ROLLOUT, "normalized_reward"), float("nan")),
                 "score": m.get(cfg.champion_metric, float("nan")),
                 "version": version.version if version else "-",
@@ -163,4 +168,4 @@ def summary_rows(cfg: PipelineConfig, parent_run_id: str, client: Any) -> list[d
                 "baselines": {b: v for k, v in m.items() if (b := split_baseline(k))},
             }
         )
-    return sorted(rows, key=lambda r: r["iteration"])
+    return sorted(rows, key=lambda r: (r["iteration"], r["member"] is not None, r["member"] or ""))

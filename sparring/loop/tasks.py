@@ -510,7 +510,9 @@ def register(
     registered. A population `member` is stored at `<run>/<i>/members/<member>/checkpoint`
     and registered as its own version under its own alias (the member's name); its copies are
     kept. `curve`: the eval metrics also go to the parent run's curve (a population logs
-    only its lead member's).
+    only its lead member's), and the version is the iteration's child run's; any other
+    member's (the average's) is logged to a child run of its own (`PipelineRun`), so that its
+    metrics never overwrite the iteration's.
     """
     from sparring import registry, storage
     from sparring.loop.checkpoints import stored_uri
@@ -530,7 +532,7 @@ def register(
             storage.copy_dir(stored, own, cfg.storage.client_config())
         storage.verify(own, cfg.storage.client_config())
         return Registered(own, "", "")
-    run = PipelineRun.attach(parent_run_id, cfg.tracking)
+    run = PipelineRun.attach(parent_run_id, cfg.tracking, None if curve else member)
     game, group_key = cfg.game.name, cfg.train.group_key
     tags = {"parent_run_id": parent_run_id, "game": game, "group_key": group_key}
     tags[RUN_TAG] = run_name  # league.past_models finds an iteration's checkpoint by it

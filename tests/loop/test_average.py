@@ -13,7 +13,7 @@ import pytest
 from safetensors.torch import load_file
 
 from sparring.cli.options import load_config, parse_params
-from sparring.loop import tasks
+from sparring.loop import reports, tasks
 from sparring.loop.config import PipelineConfig
 from sparring.loop.io import run_uri, upload
 from sparring.loop.runner import run_loop
@@ -70,7 +70,15 @@ def test_the_iterates_are_distilled_evaluated_and_registered_as_average(
     version = client.get_model_version_by_alias(cfg.registered_model, "average")
     assert str(version.version) == average.registered.version != last.registered.version
     child = client.get_model_version(cfg.registered_model, last.registered.version).run_id
-    assert len(client.get_metric_history(child, "train/loss")) == 1  # the iteration's own only
+    for metric in ("train/loss", cfg.champion_metric):  # the iteration's own only
+        assert len(client.get_metric_history(child, metric)) == 1
+    # the summary lists it beside the last iteration, each with its own score and version
+    parent = client.get_run(child).data.tags["mlflow.parentRunId"]
+    rows = {(r["iteration"], r["member"]): r for r in reports.summary_rows(cfg, parent, client)}
+    assert set(rows) == {(0, None), (1, None), (1, "average")}
+    for key, it in (((1, None), last), ((1, "average"), average)):
+        assert str(rows[key]["version"]) == it.registered.version
+        assert rows[key]["score"] == pytest.approx(it.metrics[cfg.champion_metric])
     assert average.registered.checkpoint_uri.endswith(
         f"/{result.run_name}/1/members/average/checkpoint"
     )
