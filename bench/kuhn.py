@@ -47,7 +47,8 @@ configs/kuhn.yaml, per training seed, scored by exact exploitability (open_spiel
 `--merge DIR...` runs nothing: it reports the `--out` folders of earlier invocations (say one
 process per seed, side by side on one GPU) as one, from the curves each wrote as it went; a
 run stopped early counts its last evaluation as its final. With `--average` it first runs
-that distillation (the config's `average`, or its default) on each folder's stored run
+that distillation (the config's `average`, or its default, then any `--set`: say
+`average.source=tables`, the exact mixture of the logged tables) on each folder's stored run
 (`<folder>/store/<run>/<iteration>/`), for runs made without it.
 """
 
