@@ -57,12 +57,14 @@ def average(
     metrics: Output[Metrics],
 ):
     """Distill the run's iterates into one model (config.average): the last iterate fine-tuned
-    on every iteration's stored rollout samples.
+    on every iteration's stored rollout samples, or (`source: tables`) on the mixture of the
+    tables its stored evaluations read out.
 
     Args:
         config: the PipelineConfig as JSON.
         last: the last iteration's trained checkpoint.
-        run_name: from `start`; the samples are read from <storage.root>/<run_name>/<i>/rollout.
+        run_name: from `start`; the samples are read from <storage.root>/<run_name>/<i>/rollout
+            (the tables from <i>/eval).
         model: a reference to the distilled checkpoint (under <storage.root>/models).
         metrics: SFT statistics.
     """

@@ -219,12 +219,16 @@ class _Graph:
     def average(self, step: IterationPlan, last, last_register):
         """The iterates distilled into one model after the last iteration, evaluated against
         the last iterate and registered as the iteration's `average` (after its own register,
-        so that the champion is decided in order). Returns the distilled checkpoint."""
+        so that the champion is decided in order). With `source: tables` it starts after that
+        register too, once every evaluation it reads is stored. Returns the distilled
+        checkpoint."""
         i, k8s, name = step.iteration, self.cfg.kubernetes, "average"
         av = self.task(
             self.c.average, name, k8s.train_gpus, "train", config=self.config, last=last,
             run_name=self.run_name,
         )  # fmt: skip
+        if self.cfg.average.source == "tables":  # register-i follows evaluate-i and register-(i-1)
+            av.after(last_register)
         ev = self.task(
             self.c.evaluate, f"evaluate-{name}", k8s.eval_gpus, config=self.config,
             model=av.outputs["model"], previous=last, inits=self.inits, iteration=i,

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from sparring.evaluate import EvalConfig
+from sparring.evaluate import EVAL_MODES, EvalConfig
 from sparring.game_init import GameInitConfig
 from sparring.games import GameSpec
 from sparring.opponents import DifficultyConfig, past_steps
@@ -256,6 +256,10 @@ class Recipe(_Strict):
             raise ValueError("game_init.num_train and game_init.num_val must both be >= 1")
         if not self.champion_metric.startswith("eval/"):
             raise ValueError(f"champion_metric {self.champion_metric!r} must be an eval/* metric")
+        mode = self.champion_metric.split("/")[1]
+        if mode in EVAL_MODES and mode not in self.eval.modes:
+            raise ValueError(f"champion_metric {self.champion_metric!r} is scored in eval mode "
+                             f"{mode!r}, which eval.modes {self.eval.modes} does not play")  # fmt: skip
         if self.registered_model is None:
             self.registered_model = f"sparring-{self.game.name}-{self.eval_key}"
         if self.rollout.choose_legal and self.train_backend != "torch":

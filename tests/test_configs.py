@@ -163,6 +163,14 @@ def test_a_recipe_without_a_registered_model_gets_one_per_evaluation():
         assert PipelineConfig.model_validate(other).registered_model != base.registered_model
 
 
+def test_a_champion_metric_of_a_mode_not_played_is_refused():
+    """It would fail in the first register, after an update, not when the run is submitted."""
+    cfg = {"eval": {"modes": ["selfplay"]}, "champion_metric": "eval/vs_scripted/all/win_rate"}
+    with pytest.raises(ValueError, match="eval mode 'vs_scripted', which eval.modes"):
+        PipelineConfig.model_validate(cfg)
+    PipelineConfig.model_validate(cfg | {"champion_metric": "eval/selfplay/all/win_rate"})
+
+
 @pytest.mark.parametrize(
     "section",
     [

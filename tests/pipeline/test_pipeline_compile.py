@@ -421,6 +421,22 @@ def test_the_average_distills_after_the_last_iteration_and_is_the_final_model(tm
     assert registered["member"]["runtimeValue"]["constant"] == "average"
     assert producer(tasks, "evaluate-test", "final") == keys["average"]
     assert "member" not in tasks["register-1"]["inputs"]["parameters"]  # the default: own
+    assert keys["evaluate-1"] not in tasks["average"]["dependentTasks"]  # beside the last eval
+
+
+def test_an_average_of_the_tables_waits_for_every_evaluation(tmp_path):
+    """`source: tables` reads each iteration's stored evaluation: the average task runs after
+    the last register, which follows every evaluate (KFP would otherwise start it beside the
+    last evaluation, as soon as the last update exists)."""
+    pytest.importorskip("pyspiel")
+    kuhn = PipelineConfig.from_yaml(CONFIG_DIR / "kuhn.yaml").model_dump(exclude_unset=True)
+    keys, tasks = compiled(
+        kuhn | {"iterations": 2, "average": {"source": "tables"}}, tmp_path / "k.yaml"
+    )
+    assert keys["register-1"] in tasks["average"]["dependentTasks"]
+    assert keys["evaluate-0"] in tasks["register-0"]["dependentTasks"]
+    assert keys["evaluate-1"] in tasks["register-1"]["dependentTasks"]
+    assert keys["register-0"] in tasks["register-1"]["dependentTasks"]
 
 
 @pytest.mark.parametrize(
