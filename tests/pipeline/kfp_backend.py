@@ -66,6 +66,15 @@ if crash:  # a pod killed right after `module:function` returns (injected fault)
 Start = Callable[[list[str], dict[str, str]], tuple[int, str]]
 
 
+def s3_credentials(s3_server) -> StorageConfig:
+    """How the launcher (and a test) reaches `s3_server`."""
+    return StorageConfig(
+        endpoint_url=s3_server.endpoint_url,
+        access_key_id=s3_server.access_key,
+        secret_access_key=s3_server.secret_key,
+    )
+
+
 def run_command(command: list[str], env: dict[str, str]) -> tuple[int, str]:
     """A pod's command in a fresh process: its exit code and its output."""
     proc = subprocess.run(command, env=env, capture_output=True, text=True)
@@ -167,6 +176,20 @@ class Backend:
         (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
         self._ids = self._pods = 0
         self.mount = self.workdir / "pod-0"
+
+    @classmethod
+    def for_config(cls, cfg, s3_server, workdir: Path, start: Start = run_command) -> Backend:
+        """`cfg` (a PipelineConfig) compiled into `workdir`, run against `s3_server` (a
+        tests/conftest.py S3Server) with its keys as the pods' Secret and MLflow as the
+        config's tracking, under the pipeline root `s3://sparring/kfp-root`."""
+        from sparring.pipelines.selfplay import compile_pipeline
+
+        workdir.mkdir(parents=True, exist_ok=True)
+        ir = Path(compile_pipeline(cfg, str(workdir / "pipeline.yaml")))
+        secret = {k: s3_server.env()[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+        env = secret | {"MLFLOW_TRACKING_URI": cfg.tracking.tracking_uri}
+        root = "s3://sparring/kfp-root"
+        return cls(ir, root, workdir / "backend", env, s3_credentials(s3_server), start)
 
     # -- the driver -------------------------------------------------------------------------
     def run(

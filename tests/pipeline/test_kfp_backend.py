@@ -10,9 +10,7 @@ from pathlib import Path
 
 import pytest
 from kfp_backend import Backend
-from sparring.pipelines.selfplay import compile_pipeline
 
-from sparring import storage
 from sparring.loop import runs
 from sparring.loop.config import PipelineConfig
 from sparring.registry import resolve_model_uri
@@ -25,21 +23,8 @@ SIDE_EFFECTS = ("start", "rollout", "train", "evaluate", "register", "finish")
 CRASH = "sparring.registry:publish"  # register-1's first pod dies once its version exists
 
 
-def s3_config(s3_server) -> storage.StorageConfig:
-    return storage.StorageConfig(
-        endpoint_url=s3_server.endpoint_url,
-        access_key_id=s3_server.access_key,
-        secret_access_key=s3_server.secret_key,
-    )
-
-
 def backend(cfg: PipelineConfig, s3_server, tmp_path: Path, zygote) -> Backend:
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    ir = Path(compile_pipeline(cfg, str(tmp_path / "pipeline.yaml")))
-    secret = {k: s3_server.env()[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
-    pod_env = secret | {"MLFLOW_TRACKING_URI": cfg.tracking.tracking_uri}
-    root = "s3://sparring/kfp-root"
-    return Backend(ir, root, tmp_path / "backend", pod_env, s3_config(s3_server), zygote.run)
+    return Backend.for_config(cfg, s3_server, tmp_path, zygote.run)
 
 
 def versions(client, name: str) -> list:
