@@ -34,9 +34,9 @@ def register(
         kfp_run_id: the KFP run's unique id, a tag of the model version.
         member: a model beside the iteration's own (`average`, the distilled iterates),
             stored at <iteration>/members/<member>/checkpoint and registered under that
-            alias with its eval metrics, off the parent run's curve, leaving the iteration's
-            run as it was (no samples, rollout or train metrics given); empty for the
-            iteration's model.
+            alias in a child run of its own with its eval metrics (and its SFT's as
+            train_metrics), off the parent run's curve, leaving the iteration's run as it was
+            (no samples or rollout metrics given); empty for the iteration's model.
 
     Returns:
         The new model version.

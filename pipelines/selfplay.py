@@ -238,7 +238,7 @@ class _Graph:
             self.c.register, f"register-{name}", config=self.config, model=av.outputs["model"],
             iteration=i, run_name=self.run_name, parent_run_id=self.parent,
             evaluation=ev.outputs["evaluation"], eval_metrics=ev.outputs["metrics"],
-            kfp_run_id=self.job_id, member=name,
+            train_metrics=av.outputs["metrics"], kfp_run_id=self.job_id, member=name,
         ).set_env_variable(TRAINER_IMAGE_ENV, self._trainer_image()).after(last_register)  # fmt: skip
         return av.outputs["model"]
 

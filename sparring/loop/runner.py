@@ -172,9 +172,9 @@ def _average(
         cfg, str(out / "trained"), str(last), val_inits, out / "eval", run_name, i, member=name
     )
     scores = tasks.load_scores(out / "eval")
-    registered = tasks.register(  # its version gets its evaluation; the iteration's run stays
-        cfg, parent, run_name, i, str(out / "trained"), evaluated, scores=scores, member=name,
-        curve=False,
+    registered = tasks.register(  # in a run of its own: the iteration's run stays as it was
+        cfg, parent, run_name, i, str(out / "trained"), metrics | evaluated, scores=scores,
+        member=name, curve=False,
     )  # fmt: skip
     return Iteration(i, out / "trained", metrics | evaluated, registered, scores)
 

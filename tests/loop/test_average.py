@@ -72,6 +72,7 @@ def test_the_iterates_are_distilled_evaluated_and_registered_as_average(
     child = client.get_model_version(cfg.registered_model, last.registered.version).run_id
     for metric in ("train/loss", cfg.champion_metric):  # the iteration's own only
         assert len(client.get_metric_history(child, metric)) == 1
+    assert client.get_run(version.run_id).data.metrics["train/optimizer_steps"] == 2  # its SFT
     # the summary lists it beside the last iteration, each with its own score and version
     parent = client.get_run(child).data.tags["mlflow.parentRunId"]
     rows = {(r["iteration"], r["member"]): r for r in reports.summary_rows(cfg, parent, client)}

@@ -73,5 +73,4 @@ def test_the_average_distills_the_stored_evaluations_and_registers_once(averaged
     assert named == [("0", ""), ("0", "average")]
     (child,) = [c for c in children if c.data.tags.get(MEMBER_TAG) == "average"]
     assert version.run_id == child.info.run_id
-    distilled = tasks["average"].artifacts["metrics"]["metadata"]
-    assert distilled["train/samples"] == 24  # both replies at Kuhn's 12 sets
+    assert child.data.metrics["train/samples"] == 24  # both replies at Kuhn's 12 sets
