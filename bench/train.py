@@ -30,7 +30,8 @@ the start weights' own, as an exact engine's would be), and
 
 With `--cpu-bf16` the GRPO step (KL off) is also timed under CPU bf16 autocast (`train.cpu_bf16`,
 the LM head kept fp32), the log-probs of both at the start weights are compared, and
-`RESULT cpu_bf16_step_speedup <fp32 CPU time / bf16 CPU time>` comes before the last.
+`RESULT cpu_bf16_step_speedup <fp32 CPU time / bf16 CPU time>` comes before the last. With
+`--mini-batch` as well, `bypass_mode` is timed in bf16 too: `RESULT bf16_bypass_saving`.
 """
 
 from __future__ import annotations
@@ -157,6 +158,11 @@ def main() -> None:
         steps["grpo, KL off, cpu_bf16"] = lambda: grpo_update(
             model, batch, advantages, bf16_cfg, device
         )
+        if "grpo, KL off, bypass_mode" in steps:
+            bf16_bypass = bf16_cfg.model_copy(update={"bypass_mode": True})
+            steps["grpo, KL off, cpu_bf16, bypass_mode"] = lambda: grpo_update(
+                model, batch, advantages, bf16_bypass, device
+            )
         rows = range(len(batch))
         gap = (
             batched_log_probs(model, batch, rows, bf16_cfg, device)
@@ -190,6 +196,9 @@ def main() -> None:
         )
         speedup = cpu["grpo, KL off"] / cpu["grpo, KL off, cpu_bf16"]
         print(f"RESULT cpu_bf16_step_speedup {speedup:.3f}")
+    if "grpo, KL off, cpu_bf16, bypass_mode" in steps:
+        saved = 1 - cpu["grpo, KL off, cpu_bf16, bypass_mode"] / cpu["grpo, KL off, cpu_bf16"]
+        print(f"RESULT bf16_bypass_saving {saved:.3f}")
     if "grpo, KL off, bypass_mode" in steps:
         saved = 1 - cpu["grpo, KL off, bypass_mode"] / cpu["grpo, KL off"]
         print(f"RESULT bypass_saving {saved:.3f}")

@@ -503,9 +503,11 @@ def _as_dict(section: Any) -> dict[str, Any]:
 
 def _rollout_correction(data: dict[str, Any], train: dict[str, Any]) -> dict[str, Any]:
     """The train settings a sampler and a trainer at different precisions need (the engine's
-    int8 layers, the trainer's CPU bf16 autocast): the truncated importance sampling
+    int8 or bf16 layers, the trainer's CPU bf16 autocast): the truncated importance sampling
     (`rollout_is`, token level unless set) corrects the update, and the trainer's own old
-    log-probs (no `bypass_mode`) measure the gap (`train/mismatch_kl`)."""
+    log-probs measure the gap (`train/mismatch_kl`). In bf16 the engine's log-probs are close
+    enough (mismatch KL about 1e-3) to serve as the old ones: `bypass_mode` skips that pass and
+    PPO's clipped ratio against them is the correction; int8's (about .16) are not."""
     backend = _as_dict(_as_dict(data.get("rollout")).get("backend"))
     apart = [
         f"{name}={value!r}"
@@ -517,12 +519,21 @@ def _rollout_correction(data: dict[str, Any], train: dict[str, Any]) -> dict[str
     ]
     if not apart:
         return {}
+    int8 = backend.get("quantize") == "int8"
+    if train.get("bypass_mode") and not int8:
+        return {}
     if train.get("bypass_mode") or ("rollout_is" in train and train["rollout_is"] is None):
         raise ValueError(
             f"{' and '.join(apart)}: the rollout's sampler and the trainer compute at "
             "different precisions, so the update needs the rollout correction: set "
-            "train.rollout_is (token or sequence; token when unset) and bypass_mode: false, "
-            "or drop those settings"
+            "train.rollout_is (token or sequence; token when unset)"
+            + (
+                " and bypass_mode: false (int8's log-probs are too far from the trainer's to "
+                "be the old ones)"
+                if int8
+                else ", or bypass_mode: true"
+            )
+            + ", or drop those settings"
         )
     return {"rollout_is": train.get("rollout_is", "token")}
 
