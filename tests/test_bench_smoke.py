@@ -438,15 +438,15 @@ def test_learning_bench_runs_the_product_loop_per_training_seed(bench, tiny_mode
 
 
 def test_learning_bench_checks_every_arm_before_it_runs_anything(bench, tmp_path):
-    """An arm whose settings the recipe rejects (CPU bf16 with `bypass_mode`, which the
-    make-run config sets) stops the bench at once, naming the arm and what to change, before
-    the recipe's run: not after it, as it did."""
+    """An arm whose settings the recipe rejects (the int8 engine with `bypass_mode`, which
+    the make-run config sets) stops the bench at once, naming the arm and what to change,
+    before the recipe's run: not after it, as it did."""
     code, out, err = bench.run(
-        "learning.py", "--arm", "ok", "train.lr=1e-4", "--arm", "bf16", "train.cpu_bf16=true",
-        "--out", str(tmp_path),
+        "learning.py", "--arm", "ok", "train.lr=1e-4", "--arm", "int8",
+        "rollout.backend.quantize=int8", "--out", str(tmp_path),
     )  # fmt: skip
     assert code == 2, err
-    assert "--arm bf16: invalid PipelineConfig" in err and "bypass_mode: false" in err
+    assert "--arm int8: invalid PipelineConfig" in err and "bypass_mode: false" in err
     assert "--arm ok" not in err
     assert list(tmp_path.iterdir()) == []  # no run started
 
