@@ -21,10 +21,11 @@ Steps (numbered as in the code):
   6. the rollout-trainer mismatch (`train/mismatch_kl`, `train/mismatch_frac_out`:
      sparring.rollout_correction), then a HF checkpoint (safetensors + tokenizer), metrics.json
 
-Old log-probs of the first mini-batch are taken from its own first forward pass: it runs on the
-start weights, so they are exactly what a separate pass would give (dropout stays off), and the
-on-policy case (one mini-batch, one epoch) needs no extra forward. The data path (`Batch`,
-`collate`, `token_log_probs`, `optimize`, `save_checkpoint`) is shared with `sparring.sft`.
+Outside `bypass_mode`, old log-probs of the first mini-batch are taken from its own first
+forward pass: it runs on the start weights, so they are exactly what a separate pass would give
+(dropout stays off), and the on-policy case (one mini-batch, one epoch) needs no extra forward.
+The data path (`Batch`, `collate`, `token_log_probs`, `optimize`, `save_checkpoint`) is shared
+with `sparring.sft`.
 """
 
 from __future__ import annotations
