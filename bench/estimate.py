@@ -9,8 +9,8 @@ model's own work and prints its estimate (`sparring.loop.estimate`). Then prints
 machine's probe against the reference, the seconds spent by kind (the warm start's SFT,
 rollouts, updates, evaluations, and the rest per task), each task's peak memory, the model's
 costs as this run measured them (`fitted: Costs(...)`, with this machine's probe as the
-reference: paste it into `COSTS` to refit), and last
-`RESULT estimate_over_wall <printed estimate / wall time>`.
+reference: paste it into `COSTS`, or `COSTS_BF16` for a config decoding in bf16, to refit),
+and last `RESULT estimate_over_wall <printed estimate / wall time>`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from sparring.cli.options import load_config, parse_params
 from sparring.loop.config import DEFAULT_CONFIG, PipelineConfig
-from sparring.loop.estimate import COSTS, Costs, work
+from sparring.loop.estimate import COSTS, Costs, costs_for, work
 from sparring.loop.local import run_local
 
 
@@ -40,14 +40,14 @@ def main() -> None:
     cfg = load_config(
         PipelineConfig, args.config or str(DEFAULT_CONFIG), parse_params(tuple(args.set))
     )
-    if cfg.model not in COSTS:
+    if (costs := costs_for(cfg)) is None:
         ap.error(f"no measured costs for model {cfg.model!r}: the estimate covers {sorted(COSTS)}")
     with tempfile.TemporaryDirectory(prefix="sparring-bench-") as workdir:
         run = run_local(cfg, workdir)
         warm = Path(workdir) / run.run_name / "work" / "warm" / "metrics.json"
         sft = json.loads(warm.read_text())["perf/train_seconds"] if cfg.warm_start else 0.0
     estimate, here, _ = run.estimate  # the run's own probe: the fit's reference
-    old, w = COSTS[cfg.model], work(cfg, COSTS[cfg.model].budget)
+    w = work(cfg, costs.budget)
     spent = {
         "sft": sft,
         "rollout": run.compute["perf/rollout_seconds"],
@@ -57,13 +57,13 @@ def main() -> None:
     spent["task"] = run.seconds - sum(spent.values())
     fitted = Costs(
         **{k: v / max(getattr(w, "tasks" if k == "task" else k), 1e-9) for k, v in spent.items()},
-        budget=old.budget,
-        rows=old.rows,
+        budget=costs.budget,
+        rows=costs.rows,
         reference=here,
     )
     scale = {
-        "update": old.reference.train / here.train,
-        "decode": old.reference.decode / here.decode,
+        "update": costs.reference.train / here.train,
+        "decode": costs.reference.decode / here.decode,
     }
     print(f"probe here: {here} ({scale['update']:.2f}x and {scale['decode']:.2f}x the reference)")
     for kind, seconds in spent.items():

@@ -12,8 +12,9 @@ measured per-turn budget (`max_new_tokens` times the game's `Game.turn_budget`, 
 backward pass (for the warm start and the updates) and its cached decoding (for rollouts and
 evaluations), timed here against the same probe where the costs were measured, each at the
 precision the config computes in here (bf16 for the updates under `train.cpu_bf16`, for the
-games under `rollout.backend.quantize: bf16`, where this CPU has bf16 instructions; the costs
-were measured in fp32). The two change differently across machines (on one core instead of
+games under `rollout.backend.quantize: bf16`, where this CPU has bf16 instructions). A config
+whose games decode in bf16 takes SmolLM2's bf16 costs (`COSTS_BF16`, from a bf16 run of
+`configs/pipeline-smollm2.yaml`), the others the fp32 ones. The two change differently across machines (on one core instead of
 two the tiny model's updates took 1.8x as long, its games 1.3-1.4x), and a matmul probe
 tracked neither (it was 2x over on an AVX-512 CPU, whose gains on the tiny model's small
 products, elementwise ops and Python it missed).
@@ -84,6 +85,38 @@ COSTS = {
 }
 
 
+# The bf16 engine gains less over fp32 than the decode probe does (its games 1.5-1.6x the
+# probe-scaled fp32 costs on two machines), so a config that decodes in bf16 takes costs fitted
+# on a bf16 run: `configs/pipeline-smollm2.yaml` on CPU-2a, its reference probed at those
+# precisions (docs/results.md#the-time-estimate-against-the-runs).
+COSTS_BF16 = {
+    "smollm2-135m-instruct": Costs(
+        sft=2.82,
+        rollout=1.55,
+        train=6.47,
+        eval=1.43,
+        task=3.9,
+        budget=48 * 6,
+        rows=1,
+        reference=Probe(train=0.755, decode=1.015),
+    ),
+}
+
+
+def decodes_bf16(cfg: PipelineConfig) -> bool:
+    """Whether `cfg`'s games decode in bf16 on this CPU (`rollout.backend.quantize: bf16`
+    where the CPU has bf16 instructions, as the engine decides)."""
+    return cfg.rollout.backend.quantize == "bf16" and peak_flops.cpu_bf16("auto")
+
+
+def costs_for(cfg: PipelineConfig) -> Costs | None:
+    """The measured costs of `cfg`'s model at the precision its games decode in here (the
+    fp32 costs where no bf16 ones were measured), None for a model without costs."""
+    if cfg.model in COSTS_BF16 and decodes_bf16(cfg):
+        return COSTS_BF16[cfg.model]
+    return COSTS.get(cfg.model)
+
+
 def eval_games(cfg: PipelineConfig) -> int:
     """Model games one evaluation plays: each val state once per lineup
     (`sparring.evaluate.lineups`)."""
@@ -133,8 +166,7 @@ def estimate_seconds(cfg: PipelineConfig, probe: Probe | None = None) -> float |
     """Wall seconds of `cfg` on idle CPU cores whose `probe` of the model took `probe` (None:
     the machine where the costs were measured), or None for a model without measured costs or
     off CPU."""
-    costs = COSTS.get(cfg.model)
-    if costs is None or cfg.device != "cpu" or cfg.train_backend != "torch":
+    if cfg.device != "cpu" or cfg.train_backend != "torch" or (costs := costs_for(cfg)) is None:
         return None
     w, ref = work(cfg, costs.budget), costs.reference
     update, decode = (probe.train / ref.train, probe.decode / ref.decode) if probe else (1, 1)
@@ -150,12 +182,12 @@ def estimate_here(cfg: PipelineConfig) -> tuple[float, Probe, Probe] | None:
     where there is no estimate (and then no probe)."""
     if estimate_seconds(cfg) is None:
         return None
-    costs = COSTS[cfg.model]
+    costs = costs_for(cfg)
     here = probe(
         cfg.model,
         costs.rows,
         train_bf16=peak_flops.cpu_bf16(cfg.train.cpu_bf16),
-        decode_bf16=cfg.rollout.backend.quantize == "bf16" and peak_flops.cpu_bf16("auto"),
+        decode_bf16=decodes_bf16(cfg),
     )
     return estimate_seconds(cfg, here), here, costs.reference
 

@@ -9,11 +9,15 @@ import itertools
 
 import pytest
 
+from sparring import peak_flops
 from sparring.cli.options import load_config
 from sparring.loop.config import CONFIG_DIR, DEFAULT_CONFIG, PipelineConfig
 from sparring.loop.estimate import (
     COSTS,
+    COSTS_BF16,
     Probe,
+    costs_for,
+    decodes_bf16,
     estimate_here,
     estimate_seconds,
     eval_games,
@@ -158,3 +162,17 @@ def test_progress_echoes_progress_lines_with_elapsed_and_estimated_time():
     (line,) = echo.getvalue().splitlines()
     clock, text = line.split("] ", 1)
     assert clock.endswith(" / ~10:05") and text == "[sparring] iteration 0: rollout reward 0.412"
+
+
+def test_a_config_decoding_in_bf16_takes_the_bf16_costs_where_this_cpu_decodes_in_bf16():
+    """The bf16 engine gains less over fp32 than the probe does, so its games have costs of
+    their own; on a CPU without bf16 instructions the engine stays fp32, and so do the costs."""
+    bf16 = config(CONFIG_DIR / "pipeline-smollm2.yaml")
+    fp32 = config(CONFIG_DIR / "pipeline-smollm2.yaml", **{"rollout.backend.quantize": "none"})
+    assert bf16.rollout.backend.quantize == "bf16" and not decodes_bf16(fp32)
+    assert costs_for(fp32) is COSTS[fp32.model]
+    here = peak_flops.cpu_bf16("auto")  # this CPU's own answer, as the engine's
+    assert decodes_bf16(bf16) == here
+    assert costs_for(bf16) is (COSTS_BF16[bf16.model] if here else COSTS[bf16.model])
+    assert costs_for(config(**{"rollout.backend.quantize": "bf16"})) is COSTS["tiny"]  # none
+    assert costs_for(bf16.model_copy(update={"model": "Qwen/Qwen2.5-0.5B"})) is None
