@@ -14,10 +14,10 @@ evaluations), timed here against the same probe where the costs were measured, e
 precision the config computes in here (bf16 for the updates under `train.cpu_bf16`, for the
 games under `rollout.backend.quantize: bf16`, where this CPU has bf16 instructions). A config
 whose games decode in bf16 takes SmolLM2's bf16 costs (`COSTS_BF16`, from a bf16 run of
-`configs/pipeline-smollm2.yaml`), the others the fp32 ones. The two change differently across machines (on one core instead of
-two the tiny model's updates took 1.8x as long, its games 1.3-1.4x), and a matmul probe
-tracked neither (it was 2x over on an AVX-512 CPU, whose gains on the tiny model's small
-products, elementwise ops and Python it missed).
+`configs/pipeline-smollm2.yaml`), the others the fp32 ones. The two probes change differently
+across machines (on one core instead of two the tiny model's updates took 1.8x as long, its
+games 1.3-1.4x), and a matmul probe tracked neither (it was 2x over on an AVX-512 CPU, whose
+gains on the tiny model's small products, elementwise ops and Python it missed).
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ COSTS = {
 }
 
 
-# The bf16 engine gains less over fp32 than the decode probe does (its games 1.5-1.6x the
+# The bf16 engine gains less over fp32 than the decode probe does (its games 1.5-1.7x the
 # probe-scaled fp32 costs on two machines), so a config that decodes in bf16 takes costs fitted
 # on a bf16 run: `configs/pipeline-smollm2.yaml` on CPU-2a, its reference probed at those
 # precisions (docs/results.md#the-time-estimate-against-the-runs).
