@@ -20,11 +20,16 @@ task ends: 1.9 GiB of a rollout engine's freed session caches did, which the nex
 GRPO update, in the same process) then peaked on top of. `releases_memory` makes a task
 return them when it ends (glibc's `malloc_trim`).
 
+The bound's mappings fault in page by page on every touch, so a loop that allocates the same
+large blocks again and again (the engine's decode step: a (64, 49152) fp32 logits block and its
+softmax per token) pays the kernel each time. `reusing()` lifts the bound for such a step.
+
 `PeakRSS` measures a block's peak resident memory: every task's `perf/<task>_peak_rss_gib`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
@@ -32,14 +37,16 @@ import gc
 import os
 import platform
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
-M_MMAP_THRESHOLD = -3
-"""mallopt's parameter number (malloc.h)."""
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+"""mallopt's parameter numbers (malloc.h)."""
 THRESHOLD = 1 << 20
 """Blocks above 1 MiB get their own mapping (64 KiB measured the same peak; 4 MiB 7% more)."""
+REUSE_THRESHOLD = 32 << 20
+"""Within `reusing()`: glibc's own ceiling for its dynamic mmap threshold."""
 MIN_PARAMS = 50_000_000
 """Smaller models stay at a few GB unbounded (`make run`'s tiny model: 3.8 GB peak)."""
 
@@ -85,6 +92,28 @@ def releases_memory(task: Callable[P, R]) -> Callable[P, R]:
             release()
 
     return run
+
+
+@contextlib.contextmanager
+def reusing(bounded: bool, trim: bool = False) -> Iterator[None]:
+    """Within the block, blocks up to `REUSE_THRESHOLD` come from the heap and freeing one keeps
+    it there for the next (no mapping, no fresh pages to fault in); after it the bound
+    (`bounded`: what `bound` returned) holds again. What the block freed stays resident, ready
+    for the next such block, until the task's `release()`, or goes back at its end with
+    `trim`. Nothing changes where the heap is not bounded."""
+    if not bounded or (libc := _libc()) is None:
+        yield
+        return
+    trim_threshold = int(os.environ.get("MALLOC_TRIM_THRESHOLD_", 128 << 10))  # glibc's default
+    libc.mallopt(M_MMAP_THRESHOLD, REUSE_THRESHOLD)
+    libc.mallopt(M_TRIM_THRESHOLD, 1 << 30)  # freeing at the top keeps it (at most 1<<30: an int)
+    try:
+        yield
+    finally:
+        libc.mallopt(M_MMAP_THRESHOLD, THRESHOLD)
+        libc.mallopt(M_TRIM_THRESHOLD, trim_threshold)
+        if trim:
+            libc.malloc_trim(0)
 
 
 def bound_for(num_params: int) -> bool:

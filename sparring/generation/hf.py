@@ -84,8 +84,9 @@ class HFBackend(GenerationBackend):
         )
         self.model.to(self.device).eval()
         self.num_params = sum(p.numel() for p in self.model.parameters())
-        if self.device.type == "cpu":
-            heap.bound_for(self.num_params)  # before the caches and activations
+        self.bounded = self.device.type == "cpu" and heap.bound_for(self.num_params)
+        """The C heap is bounded (`sparring.heap`), before the caches and activations; each
+        decode step lifts the bound for its (B, V) logits (`heap.reusing`)."""
         if quantize == "int8":
             if self.device.type != "cpu":
                 raise ValueError("quantize: int8 is for the CPU engine (fbgemm); on a GPU use bf16")
@@ -246,7 +247,9 @@ class HFBackend(GenerationBackend):
     ) -> list[Completion]:
         b, dev = len(prompts), self.device
         cached = [self._lookup(s, p) for s, p in zip(sessions or [None] * b, prompts, strict=True)]
-        with int8_linear.full_precision():  # int8 only decodes (see int8_linear)
+        # int8 only decodes (see int8_linear). The activations come from the heap and go back
+        # after it (`heap.reusing`): each layer's reuse the last one's pages.
+        with int8_linear.full_precision(), heap.reusing(self.bounded, trim=True):
             logits, kvs = self._prefill(prompts, cached)  # (B, V), each row's KV over its prompt
         lens = [len(p) for p in prompts]
         lmax = max(lens)
@@ -268,17 +271,21 @@ class HFBackend(GenerationBackend):
         log_probs = torch.zeros(b, params.max_new_tokens, device=dev)  # (B, steps)
         alive = torch.arange(b, device=dev)  # the batch row of each cache row
         done = torch.zeros(b, dtype=torch.bool, device=dev)  # per cache row
+        # A step's (B, V) logits, their warped copies and softmax come from the heap, not each
+        # a fresh mapping to fault in (`heap.reusing`); the session stores and the cache's
+        # reordering stay bounded, so what they free leaves the process.
         for step in range(params.max_new_tokens):
-            if params.temperature > 0:
-                for warp in warpers:
-                    logits = warp(None, logits)
-                nxt = sample_tokens(logits, draws[:, step])  # (B_alive,)
-            else:
-                nxt = logits.argmax(-1)  # (B_alive,)
-            nxt = torch.where(done, self.pad_id, nxt)
-            rows[alive, step] = nxt
-            log_probs[alive, step] = token_log_prob(logits, nxt)
-            done |= torch.isin(nxt, stop)
+            with heap.reusing(self.bounded):
+                if params.temperature > 0:
+                    for warp in warpers:
+                        logits = warp(None, logits)
+                    nxt = sample_tokens(logits, draws[:, step])  # (B_alive,)
+                else:
+                    nxt = logits.argmax(-1)  # (B_alive,)
+                nxt = torch.where(done, self.pad_id, nxt)
+                rows[alive, step] = nxt
+                log_probs[alive, step] = token_log_prob(logits, nxt)
+                done |= torch.isin(nxt, stop)
             if bool(done.all()) or step == params.max_new_tokens - 1:
                 break
             if 4 * int(done.sum()) >= len(done):  # drop finished rows from the batch
@@ -290,12 +297,13 @@ class HFBackend(GenerationBackend):
                 nxt, done = nxt[keep], done[keep]
             mask = torch.cat([mask, (~done).long()[:, None]], dim=1)  # finished rows stop attending
             position = position + 1
-            logits = self._forward(
-                input_ids=nxt[:, None],
-                attention_mask=mask,
-                position_ids=position[:, None],
-                past_key_values=cache,
-            )
+            with heap.reusing(self.bounded):
+                logits = self._forward(
+                    input_ids=nxt[:, None],
+                    attention_mask=mask,
+                    position_ids=position[:, None],
+                    past_key_values=cache,
+                )
         if sessions:
             self._store(sessions, prompts, rows, cache, lmax, alive, torch.ones_like(done))
         n = step + 1
