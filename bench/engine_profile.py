@@ -3,10 +3,15 @@
     .venv/bin/python bench/engine_profile.py --games 32      # CPU, SmolLM2-shaped random model
     python bench/engine_profile.py --device cuda --games 128 --batch 256
     .venv/bin/python bench/engine_profile.py --model smollm2-135m-instruct --games 32
+    .venv/bin/python bench/engine_profile.py --model smollm2-135m-instruct --quantize int8
+
+`--quantize int8` or `bf16` profiles the CPU engine that `rollout.backend.quantize` picks (the
+roofline then counts an int8 layer's weights at a byte each).
 
 Plays seeded matching games (k=3, fixed names, one retry) through `sparring.rollout.play` and
 times `HFBackend`'s own methods, synchronising CUDA around each one, so each figure is the
-device time of that phase. `_prefill` runs forwards and builds caches (`_batch_cache`) itself:
+device time of that phase, and the attention inside them (the CPU engine's `sdpa_gqa`: what
+quantized linear layers leave as it was). `_prefill` runs forwards and builds caches (`_batch_cache`) itself:
 those are listed under it, and the `_forward` and `_batch_cache` rows count only the calls
 outside it (the decode steps and the decode batch's cache), so the top-level rows add up to
 the wall time less the games' own work. The default model is SmolLM2-135M's shape (30 layers,
@@ -50,10 +55,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from sparring.device import pick_device
 from sparring.game_init import GameInitConfig, generate_inits
 from sparring.games import GameSpec
 from sparring.games.base import LEARNER
-from sparring.generation import hf
+from sparring.generation import attention, hf, int8_linear
 from sparring.generation.base import SamplingParams
 from sparring.models import resolve_model
 from sparring.rollout import RolloutConfig, play
@@ -118,6 +124,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64, help="rows per forward (max_batch_size)")
     ap.add_argument("--out", help="folder for engine_profile.jsonl, the rows as JSON")
     ap.add_argument(
+        "--quantize", choices=("none", "int8", "bf16"), default="none", help="the CPU engine's"
+    )
+    ap.add_argument(
         "--copy-mib", type=int, default=256, help="size of the bandwidth probe's tensor"
     )
     args = ap.parse_args()
@@ -127,9 +136,12 @@ def main() -> None:
         if args.model
         else str(init_tiny(tempfile.mkdtemp(), SMOLLM2_SHAPE))
     )
-    backend = hf.HFBackend(model, device=args.device, max_batch_size=args.batch)
+    timer = PhaseTimer(pick_device(args.device))
+    timer.wrap(attention, "sdpa_gqa")  # before the model registers it
+    backend = hf.HFBackend(
+        model, device=args.device, max_batch_size=args.batch, quantize=args.quantize
+    )
     bandwidth = memory_bandwidth(backend.device, args.copy_mib * 2**20)
-    timer = PhaseTimer(backend.device)
     for name in PHASES:  # a top-level _forward is one decode step: its rows and keys read
         timer.wrap(hf.HFBackend, name, size=decode_size if name == "_forward" else None)
     timer.wrap(hf, "sample_tokens")
@@ -155,8 +167,10 @@ def main() -> None:
     phases = [  # (label, the timed call it runs inside or "", method)
         ("prefill, all of it", "", "_prefill"),
         ("  its forwards", "_prefill", "_forward"),
+        ("    their attention", "_prefill", "sdpa_gqa"),
         ("  its _batch_cache", "_prefill", "_batch_cache"),
         ("_forward", "", "_forward"),  # the decode steps
+        ("  its attention", "_forward", "sdpa_gqa"),
         ("_batch_cache", "", "_batch_cache"),  # the decode batch's cache
         *((name, "", name) for name in ("sample_tokens", "_store", "_lookup", "_completion")),
     ]
@@ -214,13 +228,17 @@ def memory_bandwidth(device: torch.device, nbytes: int, repeats: int = 5) -> flo
 
 def weight_bytes(backend: hf.HFBackend) -> int:
     """Bytes of the weights one decode step reads: every parameter but the input embedding
-    table, which a step reads one row of per sequence, unless the LM head is that table."""
+    table, which a step reads one row of per sequence, unless the LM head is that table. An int8
+    layer's weights count a byte each (a decode step reads those, not their fp32 copy)."""
     model = backend.model
     cfg = model.config.get_text_config()
     embedding = model.get_input_embeddings().weight
     tied = bool(getattr(cfg, "tie_word_embeddings", False))
     params = backend.num_params - (0 if tied else embedding.numel())
-    return params * model.dtype.itemsize
+    int8 = sum(
+        m.int8.weight().numel() for m in model.modules() if isinstance(m, int8_linear.Int8Linear)
+    )
+    return params * model.dtype.itemsize - int8 * (model.dtype.itemsize - 1)
 
 
 def decode_roofline(

@@ -18,10 +18,11 @@ import pandas as pd
 import pytest
 import torch
 from sample_frames import make_samples
-from transformers import AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from sparring.cli.options import load_config, parse_params
 from sparring.games.matching.game import MatchingGame
+from sparring.generation import hf, int8_linear
 from sparring.loop.config import DEFAULT_CONFIG, PipelineConfig
 from sparring.train import collate
 
@@ -519,7 +520,15 @@ def test_engine_profile_rows_add_up_to_the_wall_time(bench, tiny_model_dir, tmp_
     phases = {(r["parent"], r["phase"]): r for r in rows if r["row"] == "phase"}
     top = [r for (parent, _), r in phases.items() if parent == ""]
     inside = [r for (parent, _), r in phases.items() if parent == "_prefill"]
-    assert len(top) == 7 and len(inside) == 2
+    assert len(top) == 7 and len(inside) == 3
+    # attention runs inside the forwards: prefill's inside its forwards, decode's in the steps
+    for parent, forwards in (
+        ("_prefill", phases["_prefill", "_forward"]),
+        ("", phases["", "_forward"]),
+    ):
+        attention = phases[parent or "_forward", "sdpa_gqa"]
+        assert 0 < attention["seconds"] <= forwards["seconds"]
+        assert attention["calls"] % forwards["calls"] == 0  # one call per layer per forward
     assert all(math.isfinite(r["seconds"]) and r["seconds"] >= 0 for r in phases.values())
     assert all(positive(r, "seconds", "calls") for r in top)
     assert sum(r["seconds"] for r in top) <= run["wall_s"] * (1 + 1e-9)
@@ -542,6 +551,18 @@ def test_engine_profile_rows_add_up_to_the_wall_time(bench, tiny_model_dir, tmp_
     name, value = lines[-1].split()[1:]
     assert name == "decode_roofline_fraction"
     assert float(value) == pytest.approx(roofline["fraction"], abs=1e-4)
+
+
+def test_engine_profile_counts_int8_weights_at_a_byte(tiny_model_dir):
+    """The int8 engine's decode step reads each int8 layer's weights at a byte, not their fp32
+    copy: the roofline's weight bytes drop by 3 bytes per weight of the quantized layers."""
+    profile = runpy.run_path(str(ROOT / "bench" / "engine_profile.py"))  # not as __main__
+    fp32 = hf.HFBackend(str(tiny_model_dir), device="cpu")
+    int8 = hf.HFBackend(str(tiny_model_dir), device="cpu", quantize="int8")
+    plain = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))  # before any packing
+    linears = sum(m.weight.numel() for m in plain.modules() if isinstance(m, torch.nn.Linear))
+    assert linears > 0 and isinstance(int8.model.lm_head, int8_linear.Int8Linear)
+    assert profile["weight_bytes"](int8) == profile["weight_bytes"](fp32) - 3 * linears
 
 
 MODEL_BENCHES = ("rollout.py", "learning.py", "train_memory.py", "engine_profile.py")
