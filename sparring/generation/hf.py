@@ -457,10 +457,14 @@ class HFBackend(GenerationBackend):
         if lmax == 0:
             return cache
         ref = next(kv for kv in kvs if kv is not None)
+        keys = values = None
         for layer, (k0, _) in enumerate(ref):
-            shape = (len(kvs), k0.shape[0], lmax, k0.shape[2])  # (B, H, Lmax, D)
-            keys = torch.zeros(shape, dtype=k0.dtype, device=k0.device)
-            values = torch.zeros_like(keys)
+            # A DynamicCache keeps the tensors it is given; a StaticCache copies them, so one
+            # pair serves every layer (rows fill the same span each time, the padding stays 0).
+            if keys is None or room is None:
+                shape = (len(kvs), k0.shape[0], lmax, k0.shape[2])  # (B, H, Lmax, D)
+                keys = torch.zeros(shape, dtype=k0.dtype, device=k0.device)
+                values = torch.zeros_like(keys)
             for i, kv in enumerate(kvs):
                 if kv is not None and past[i]:
                     keys[i, :, lmax - past[i] :] = kv[layer][0]
