@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from pydantic import ValidationError
 
 from sparring import peak_flops
@@ -49,27 +50,33 @@ def test_without_bf16_instructions_the_engine_stays_fp32(tiny_model_dir, bf16_pa
 
 @torch.inference_mode()
 @pytest.mark.parametrize("additive", [False, True])
-def test_a_bf16_decode_step_equals_fp32_attention(additive):
-    """One query per row (decode) in bf16: the two-product path gives fp32 attention's output
-    over the same bf16 values, a query head's group sharing its key/value head, the padding
-    masked; a longer query (prefill) goes to torch's kernel."""
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_a_decode_step_equals_torchs_fp32_attention(dtype, additive):
+    """One query per row (decode), in bf16 through the two products, in fp32 through torch's
+    kernel: torch's fused fp32 attention over the same values, a query head's group sharing
+    its key/value head, the padding masked; a longer query (prefill) keeps its dtype."""
     torch.manual_seed(0)
     module = torch.nn.Module()
     q, k, v = torch.randn(2, 6, 1, 16), torch.randn(2, 2, 9, 16), torch.randn(2, 2, 9, 16)
     k[0, :, :3] *= 50  # row 0's left padding: huge keys, which only the mask keeps out
     mask = torch.ones(2, 1, 1, 9, dtype=torch.bool)
     mask[0, ..., :3] = False
-    if additive:
-        mask = torch.zeros(2, 1, 1, 9).masked_fill(~mask, float("-inf"))
-    q, k, v = (t.bfloat16() for t in (q, k, v))
-    out, _ = attention.sdpa_gqa(module, q, k, v, mask.bfloat16() if additive else mask)
-    want, _ = attention.sdpa_gqa(module, q.float(), k.float(), v.float(), mask)
-    assert out.dtype == torch.bfloat16 and out.shape == (2, 1, 6, 16)
-    torch.testing.assert_close(out.float(), want, atol=0.02, rtol=0.02)
-    unmasked, _ = attention.sdpa_gqa(module, q.float(), k.float(), v.float(), None)
-    assert not torch.allclose(unmasked[0], want[0], atol=0.1)  # the mask mattered
+    q, k, v = (t.to(dtype) for t in (q, k, v))
+
+    def torchs(attn_mask):  # (B, 1, H, D), as sdpa_gqa returns it
+        out = F.scaled_dot_product_attention(
+            q.float(), k.float(), v.float(), attn_mask=attn_mask, enable_gqa=True
+        )
+        return out.transpose(1, 2)
+
+    given = torch.zeros(2, 1, 1, 9).masked_fill(~mask, float("-inf")) if additive else mask
+    out, _ = attention.sdpa_gqa(module, q, k, v, given.to(dtype) if additive else given)
+    assert out.dtype == dtype and out.shape == (2, 1, 6, 16)
+    tol = 0.02 if dtype == torch.bfloat16 else 1e-5
+    torch.testing.assert_close(out.float(), torchs(mask), atol=tol, rtol=tol)
+    assert not torch.allclose(torchs(None)[0], torchs(mask)[0], atol=0.1)  # the mask mattered
     longer, _ = attention.sdpa_gqa(module, q.expand(2, 6, 3, 16), k, v, None)
-    assert longer.dtype == torch.bfloat16
+    assert longer.dtype == dtype
 
 
 @pytest.mark.parametrize("quantize", ["int8", "bf16"])
