@@ -11,10 +11,10 @@ roofline then counts an int8 layer's weights at a byte each).
 Plays seeded matching games (k=3, fixed names, one retry) through `sparring.rollout.play` and
 times `HFBackend`'s own methods, synchronising CUDA around each one, so each figure is the
 device time of that phase, and the attention inside them (the CPU engine's `sdpa_gqa`: what
-quantized linear layers leave as it was). `_prefill` runs forwards and builds caches (`_batch_cache`) itself:
-those are listed under it, and the `_forward` and `_batch_cache` rows count only the calls
-outside it (the decode steps and the decode batch's cache), so the top-level rows add up to
-the wall time less the games' own work. The default model is SmolLM2-135M's shape (30 layers,
+quantized linear layers leave as it was). `_prefill` runs forwards and builds caches
+(`_batch_cache`) itself: those are listed under it, and the `_forward` and `_batch_cache` rows
+count only the calls outside it (the decode steps and the decode batch's cache), so the
+top-level rows add up to the wall time less the games' own work. The default model is SmolLM2-135M's shape (30 layers,
 hidden 576, 9 heads over 3 KV heads, MLP 1536) with random weights and the tiny model's
 1650-token vocabulary. It needs no download, and since no reply stops early, every row decodes
 all `--max-new-tokens` steps.
