@@ -46,6 +46,7 @@ import pandas as pd
 import torch
 from transformers import AutoModelForCausalLM
 
+from sparring import heap
 from sparring.generation import attention
 from sparring.models import resolve_model
 from sparring.tiny_model import TinyModelConfig, init_tiny
@@ -80,13 +81,15 @@ def samples(n: int, seq_len: int, vocab: int, seed: int = 0) -> pd.DataFrame:
 
 
 def bare_step(model, batch, micro: int) -> None:
-    """Forward + backward of HF's causal-LM loss over the same micro-batches."""
+    """Forward + backward of HF's causal-LM loss over the same micro-batches, the activations
+    reusing the heap's pages as the trainer's do (`sparring.heap.reusing_model`)."""
     model.zero_grad(set_to_none=True)
-    for i in range(0, len(batch), micro):
-        mb = batch.select(list(range(i, min(i + micro, len(batch)))))
-        model(
-            input_ids=mb.input_ids, attention_mask=mb.attention_mask, labels=mb.input_ids
-        ).loss.backward()
+    with heap.reusing_model(model):
+        for i in range(0, len(batch), micro):
+            mb = batch.select(list(range(i, min(i + micro, len(batch)))))
+            model(
+                input_ids=mb.input_ids, attention_mask=mb.attention_mask, labels=mb.input_ids
+            ).loss.backward()
 
 
 def timed(fn) -> tuple[float, float]:

@@ -22,7 +22,8 @@ return them when it ends (glibc's `malloc_trim`).
 
 The bound's mappings fault in page by page on every touch, so a loop that allocates the same
 large blocks again and again (the engine's decode step: a (64, 49152) fp32 logits block and its
-softmax per token) pays the kernel each time. `reusing()` lifts the bound for such a step.
+softmax per token; the trainer's activations, micro-batch after micro-batch) pays the kernel each
+time. `reusing()` lifts the bound for such a loop, `reusing_model()` for a model's passes.
 
 `PeakRSS` measures a block's peak resident memory: every task's `perf/<task>_peak_rss_gib`.
 """
@@ -114,6 +115,18 @@ def reusing(bounded: bool, trim: bool = False) -> Iterator[None]:
         libc.mallopt(M_TRIM_THRESHOLD, trim_threshold)
         if trim:
             libc.malloc_trim(0)
+
+
+def reusing_model(model) -> contextlib.AbstractContextManager[None]:
+    """`reusing` for a torch model's forward and backward passes, where its heap is bounded (a
+    model of `MIN_PARAMS` or more on CPU), with the pages handed back at the end: each
+    micro-batch's activations take the pages the last one freed instead of fresh mappings. In
+    a SmolLM2 GRPO update the page faults took a third of the time (docs/results.md, "CPU
+    trainer: activations from the heap")."""
+    weights = list(model.parameters())
+    on_cpu = bool(weights) and weights[0].device.type == "cpu"
+    bounded = on_cpu and bound_for(sum(p.numel() for p in weights))
+    return reusing(bounded, trim=True)
 
 
 def bound_for(num_params: int) -> bool:
