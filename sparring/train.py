@@ -373,12 +373,12 @@ def optimize(
     weight, tokens, losses, norms, lrs = 0.0, 0, [], [], []
     t0 = time.perf_counter()
     bar = tqdm(plan, desc=desc, unit="step")
-    with heap.reusing_model(model):  # the activations reuse the heap's pages
-        for step, mini in enumerate(bar):
-            grpo.set_global_batch(actor_cfg, batch.select(mini).response_mask)
-            opt.zero_grad(set_to_none=True)
-            loss_sum, step_sums, step_weight, step_tokens = 0.0, {}, 0.0, 0
-            t_step = time.perf_counter()
+    for step, mini in enumerate(bar):
+        grpo.set_global_batch(actor_cfg, batch.select(mini).response_mask)
+        opt.zero_grad(set_to_none=True)
+        loss_sum, step_sums, step_weight, step_tokens = 0.0, {}, 0.0, 0
+        t_step = time.perf_counter()
+        with heap.reusing_model(model):  # each micro-batch reuses the last one's pages
             for rows in batch.micro_batches(mini, cfg.micro_batch_size, by_length):
                 mb = batch.select(rows).to(device)
                 with _autocast(cfg, device):
@@ -391,27 +391,25 @@ def optimize(
                 if w:
                     for k, v in diag.items():
                         step_sums[k] = step_sums.get(k, 0.0) + float(v) * w
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-            if not torch.isfinite(grad_norm):
-                raise FloatingPointError(
-                    f"grad norm {grad_norm}; lower lr ({cfg.lr}) or check data"
-                )
-            lrs.append(opt.param_groups[0]["lr"])  # the step's, before the schedule moves on
-            opt.step()
-            sched.step()
-            losses.append(loss_sum)
-            norms.append(float(grad_norm))
-            tokens, weight = tokens + step_tokens, weight + step_weight
-            for k, v in step_sums.items():
-                sums[k] = sums.get(k, 0.0) + v
-            if on_step is not None:
-                on_step(
-                    step,
-                    {k: v / max(step_weight, 1.0) for k, v in step_sums.items()}
-                    | {"loss": loss_sum, "grad_norm": norms[-1], "lr": lrs[-1]}
-                    | {"tokens_per_second": step_tokens / (time.perf_counter() - t_step)},
-                )
-            bar.set_postfix(loss=f"{loss_sum:.4f}", grad_norm=f"{norms[-1]:.3f}")
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+        if not torch.isfinite(grad_norm):
+            raise FloatingPointError(f"grad norm {grad_norm}; lower lr ({cfg.lr}) or check data")
+        lrs.append(opt.param_groups[0]["lr"])  # the step's, before the schedule moves on
+        opt.step()
+        sched.step()
+        losses.append(loss_sum)
+        norms.append(float(grad_norm))
+        tokens, weight = tokens + step_tokens, weight + step_weight
+        for k, v in step_sums.items():
+            sums[k] = sums.get(k, 0.0) + v
+        if on_step is not None:
+            on_step(
+                step,
+                {k: v / max(step_weight, 1.0) for k, v in step_sums.items()}
+                | {"loss": loss_sum, "grad_norm": norms[-1], "lr": lrs[-1]}
+                | {"tokens_per_second": step_tokens / (time.perf_counter() - t_step)},
+            )
+        bar.set_postfix(loss=f"{loss_sum:.4f}", grad_norm=f"{norms[-1]:.3f}")
     seconds = time.perf_counter() - t0
     if carry is not None:
         carry.update(optimizer=opt.state_dict(), step=start + len(plan))

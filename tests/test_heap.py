@@ -214,8 +214,8 @@ def test_peak_rss_sees_a_block_s_own_peak_and_not_an_earlier_one():
 
 # A GRPO update of a small model on rows long enough that its activations (the MLP's
 # 2 x 400 x 1024 fp32 blocks, 3.1 MiB) are mapped when the heap is bounded, with the model
-# counted as large (`MIN_PARAMS` 0): once as the trainer runs it (`reusing_model` around the
-# passes), once without the scope. The updated weights must be the same to the bit; the page
+# counted as large (`MIN_PARAMS` 0): once as the trainer runs it (`reusing_model` around each
+# optimizer step's micro-batches and the old-log-prob pass), once without the scopes. The updated weights must be the same to the bit; the page
 # faults must drop.
 UPDATE = """
 import contextlib, resource, tempfile, pandas as pd, torch
@@ -224,7 +224,7 @@ from sparring.tiny_model import TinyModelConfig, init_tiny
 torch.set_num_threads(1)
 heap.MIN_PARAMS = 0
 assert heap.bound()
-cfg = train.GRPOConfig(group_key="game", lr=1e-3, mini_batch_size=4, micro_batch_size=2, epochs=2)
+cfg = train.GRPOConfig(group_key="game", lr=1e-3, mini_batch_size=8, micro_batch_size=2, epochs=2)
 with tempfile.TemporaryDirectory() as tmp:
     path = init_tiny(tmp, TinyModelConfig(hidden_size=256, intermediate_size=1024, num_layers=2))
     gen = torch.Generator().manual_seed(0)
