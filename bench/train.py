@@ -7,8 +7,6 @@
         --seq-len 256 --threads 2 --repeats 1              # and what bypass_mode saves
     .venv/bin/python bench/train.py --model smollm2-135m-instruct --threads 2 --repeats 1 \\
         --cpu-bf16 [--lora-rank 16]                        # and bf16 autocast on CPU
-    .venv/bin/python bench/train.py --model smollm2-135m-instruct --threads 2 --repeats 2 \\
-        --cpu-bf16 --lora-rank 16 --heap-mapped            # and the heap's pages reused
 
 Both sides run the same model over the same micro-batches in one process, interleaved, and the
 median of `--repeats` rounds is compared. Time is the process's CPU time on `--threads` torch
@@ -34,21 +32,14 @@ With `--cpu-bf16` the GRPO step (KL off) is also timed under CPU bf16 autocast (
 the LM head kept fp32), the log-probs of both at the start weights are compared, and
 `RESULT cpu_bf16_step_speedup <fp32 CPU time / bf16 CPU time>` comes before the last. With
 `--mini-batch` as well, `bypass_mode` is timed in bf16 too: `RESULT bf16_bypass_saving`.
-
-With `--heap-mapped` that GRPO step is timed a second time with its activations in fresh
-mappings, as before the trainer reused the C heap's pages (`sparring.heap.reusing_model`, for a
-model of 50M parameters or more on CPU): `RESULT heap_reuse_speedup <mapped / reused CPU time>`.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
-from unittest import mock
 
 import numpy as np
 import pandas as pd
@@ -101,17 +92,6 @@ def bare_step(model, batch, micro: int) -> None:
             ).loss.backward()
 
 
-def heap_mapped(fn: Callable[[], object]) -> Callable[[], None]:
-    """`fn` with the trainer's activations in fresh mappings, as before the trainer reused the
-    heap's pages (`sparring.heap.reusing_model` made a no-op)."""
-
-    def run() -> None:
-        with mock.patch.object(heap, "reusing_model", lambda model: contextlib.nullcontext()):
-            fn()
-
-    return run
-
-
 def timed(fn) -> tuple[float, float]:
     """(CPU seconds of this process, wall seconds) spent in `fn()`."""
     cpu, wall = time.process_time(), time.perf_counter()
@@ -135,12 +115,6 @@ def main() -> None:
         "--cpu-bf16", action="store_true", help="also the GRPO step under CPU bf16 autocast"
     )
     ap.add_argument("--lora-rank", type=int, default=0, help="train LoRA adapters of this rank")
-    ap.add_argument(
-        "--heap-mapped",
-        action="store_true",
-        help="also the GRPO step (KL off; in bf16 with --cpu-bf16) with its activations in fresh "
-        "mappings, as before the trainer reused the heap (a large model on CPU only)",
-    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -176,12 +150,6 @@ def main() -> None:
             model, batch, advantages, kl_cfg, device, ref
         ),
     }
-    if args.heap_mapped:  # the step before the trainer reused the heap: a mapping per block
-        step = "grpo, KL off" + (", cpu_bf16" if args.cpu_bf16 else "")
-        mapped_cfg = cfg.model_copy(update={"cpu_bf16": args.cpu_bf16})
-        steps[f"{step}, heap mapped"] = heap_mapped(
-            lambda: grpo_update(model, batch, advantages, mapped_cfg, device)
-        )
     if cfg.mini_batch_size < len(batch):  # the engine's log-probs: an exact engine's
         batch.rollout_log_prob = batched_log_probs(model, batch, range(len(batch)), cfg, device)
         bypass_cfg = cfg.model_copy(update={"bypass_mode": True})
@@ -234,9 +202,6 @@ def main() -> None:
     if "grpo, KL off, cpu_bf16, bypass_mode" in steps:
         saved = 1 - cpu["grpo, KL off, cpu_bf16, bypass_mode"] / cpu["grpo, KL off, cpu_bf16"]
         print(f"RESULT bf16_bypass_saving {saved:.3f}")
-    if args.heap_mapped:
-        reuse = cpu[f"{step}, heap mapped"] / cpu[step]
-        print(f"RESULT heap_reuse_speedup {reuse:.3f}")
     if "grpo, KL off, bypass_mode" in steps:
         saved = 1 - cpu["grpo, KL off, bypass_mode"] / cpu["grpo, KL off"]
         print(f"RESULT bypass_saving {saved:.3f}")

@@ -25,12 +25,3 @@ def test_train_bench_times_bypass_in_bf16(bench, tiny_model_dir):
     }
     assert 0 < results["cpu_bf16_step_speedup"] and results["bf16_bypass_saving"] < 1
     assert lines[-1].startswith("RESULT grpo_step_ratio")
-
-
-def test_train_bench_times_the_step_with_the_heap_mapped(bench, tiny_model_dir):
-    args = ["--model", str(tiny_model_dir), "--batch", "2", "--seq-len", "48", "--repeats", "1"]
-    lines = bench.output("train.py", *args, "--heap-mapped")
-    assert any("grpo, KL off, heap mapped" in line for line in lines)
-    name, value = lines[-2].split()[1:]
-    assert name == "heap_reuse_speedup" and float(value) > 0
-    assert lines[-1].startswith("RESULT grpo_step_ratio")
