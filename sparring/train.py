@@ -393,7 +393,7 @@ def optimize(
                         step_sums[k] = step_sums.get(k, 0.0) + float(v) * w
         grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         if not torch.isfinite(grad_norm):
-            raise FloatingPointError(f"grad norm {grad_norm}; lower lr ({cfg.lr}) or check data")
+            raise FloatingPointError(f"grad norm is {grad_norm}; lower lr ({cfg.lr}) or check data")
         lrs.append(opt.param_groups[0]["lr"])  # the step's, before the schedule moves on
         opt.step()
         sched.step()

@@ -215,8 +215,8 @@ def test_peak_rss_sees_a_block_s_own_peak_and_not_an_earlier_one():
 # A GRPO update of a small model on rows long enough that its activations (the MLP's
 # 2 x 400 x 1024 fp32 blocks, 3.1 MiB) are mapped when the heap is bounded, with the model
 # counted as large (`MIN_PARAMS` 0): once as the trainer runs it (`reusing_model` around each
-# optimizer step's micro-batches and the old-log-prob pass), once without the scopes. The updated weights must be the same to the bit; the page
-# faults must drop.
+# optimizer step's micro-batches and the old-log-prob pass), once without the scopes. The
+# updated weights must be the same to the bit; the page faults must drop.
 UPDATE = """
 import contextlib, resource, tempfile, pandas as pd, torch
 from sparring import heap, train
