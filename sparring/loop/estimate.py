@@ -87,18 +87,20 @@ COSTS = {
 
 # The bf16 engine gains less over fp32 than the decode probe does (its games 1.5-1.7x the
 # probe-scaled fp32 costs on two machines), so a config that decodes in bf16 takes costs fitted
-# on a bf16 run: `configs/pipeline-smollm2.yaml` on CPU-2a, its reference probed at those
-# precisions (docs/results.md#the-time-estimate-against-the-runs).
+# on a bf16 run: `configs/pipeline-smollm2.yaml` without the start's and the test evaluations,
+# on CPU-2e with the trainer's heap scopes. Its probe takes 8 rows: at one row it read one
+# CPU-2e host 1.6-2x slower than another where the work took 1.0-1.3x as long, and spread
+# 20-30% between fresh processes (docs/results.md#the-time-estimate-against-the-runs).
 COSTS_BF16 = {
     "smollm2-135m-instruct": Costs(
-        sft=2.82,
-        rollout=1.55,
-        train=6.47,
-        eval=1.43,
-        task=3.9,
+        sft=2.78,
+        rollout=1.38,
+        train=5.20,
+        eval=1.05,
+        task=4.7,
         budget=48 * 6,
-        rows=1,
-        reference=Probe(train=0.755, decode=1.015),
+        rows=8,
+        reference=Probe(train=4.04, decode=5.42),  # the median of three fresh probes there
     ),
 }
 
@@ -208,9 +210,10 @@ def probe(
     engine and the trainer bound it (`sparring.heap.bound_for`): unbounded, SmolLM2's forward
     and backward read .72 s in some processes and .85-.94 s in others on one machine, the
     blocks landing on the heap or in fresh mappings by the process's history; bounded, .86-.90
-    s in every one. `train_bf16` runs the pass under CPU bf16 autocast (as `train.cpu_bf16`
-    does), `decode_bf16` decodes with a bf16 copy attending as the engine does
-    (`sparring.generation.attention`)."""
+    s in every one. Each pass then reuses the heap as the trainer's and the engine's do
+    (`sparring.heap.reusing_model`). `train_bf16` runs the pass under CPU bf16 autocast (as
+    `train.cpu_bf16` does), `decode_bf16` decodes with a bf16 copy attending as the engine
+    does (`sparring.generation.attention`)."""
     import torch
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging
@@ -235,15 +238,19 @@ def probe(
 
     def train() -> None:
         net.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=train_bf16):
+        with (
+            torch.autocast("cpu", dtype=torch.bfloat16, enabled=train_bf16),
+            heap.reusing_model(net),  # the trainer's passes reuse the heap
+        ):
             net(ids, labels=ids).loss.backward()
 
     @torch.no_grad()
     def decode() -> None:
-        out = decoder(prompts, use_cache=True)
-        for _ in range(16):
-            step = out.logits[:, -1:].argmax(-1)
-            out = decoder(step, past_key_values=out.past_key_values, use_cache=True)
+        with heap.reusing_model(decoder):  # as the engine's prefill and decode steps
+            out = decoder(prompts, use_cache=True)
+            for _ in range(16):
+                step = out.logits[:, -1:].argmax(-1)
+                out = decoder(step, past_key_values=out.past_key_values, use_cache=True)
 
     return Probe(*_fastest((train, decode), seconds))
 
