@@ -60,7 +60,8 @@ class Costs(NamedTuple):
 
 
 # Fitted by bench/estimate.py; the references are the probes of those runs (SmolLM2's probed again
-# on that machine once the probe bounded the heap as the tasks do).
+# on that machine once the probe bounded the heap as the tasks do). SmolLM2's fp32 costs predate
+# the trainer's heap scopes and the probe's reuse of the heap, and no run has checked them since.
 COSTS = {
     "tiny": Costs(
         sft=0.0569,
