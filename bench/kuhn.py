@@ -30,7 +30,9 @@ configs/kuhn.yaml, per training seed, scored by exact exploitability (open_spiel
    (`exploitability.mixture`; no-regret self-play converges to Nash in that average, not
    necessarily in its last iterate): the dashed curves of kuhn.png,
    `RESULT kuhn_exploitability_average` (the mixture of all of them) and its `_se_seeds`,
-   and the first seed's table as policy_average.json
+   and the first seed's table as policy_average.json; beside it the mixture weighted
+   linearly (the t-th updated model weighs t, CFR+'s averaging; `average.weights: linear`):
+   the dotted curves, `RESULT kuhn_exploitability_average_linear`
 5. prints each seed's final table beside how often self-play reaches each information state
    (`exploitability.reach`): a mistake where that is rare gets little signal, and the three
    states whose move alone, changed, would cut the exploitability most
@@ -78,6 +80,7 @@ from sparring.loop import tasks
 from sparring.loop.config import CONFIG_DIR, PipelineConfig
 from sparring.loop.plan import plan
 from sparring.loop.runner import Iteration, run_loop
+from sparring.recipe import Average
 from sparring.stats import mean_se
 
 METRIC = "eval/exploitability"
@@ -112,11 +115,11 @@ def tables(curve: list[dict]) -> list[TablePolicy]:
     return [table(r, "eval/") for r in rows]
 
 
-def averaged(curve: list[dict]) -> list[float]:
-    """The exploitability of the mixture of the updated models up to each iteration; [] where
-    the rows lack their tables."""
-    logged = tables(curve)
-    return [exploitability(mixture(logged[: i + 1])) for i in range(len(logged))]
+def averaged(curve: list[dict], weights: str = "uniform") -> list[float]:
+    """The exploitability of the mixture of the updated models up to each iteration, weighted
+    as the recipe's `average.weights` would; [] where the rows lack their tables."""
+    logged, weigh = tables(curve), Average(weights=weights).mixture_weights
+    return [exploitability(mixture(logged[: i + 1], weigh(i + 1))) for i in range(len(logged))]
 
 
 def policy(cfg: PipelineConfig, model: Path) -> dict[str, dict[str, float]]:
@@ -161,9 +164,10 @@ def plot(
     path: Path,
     title: str,
     distilled: dict | None = None,
+    linear: dict[int, list[float]] | None = None,
 ) -> None:
     """Each seed's exploitability per iteration, its iterates' mixture dashed (`averages`,
-    where logged), their distillation a star beside the last point (`distilled`) and, below
+    where logged), weighted linearly dotted (`linear`), their distillation a star beside the last point (`distilled`) and, below
     it where logged, its card dependence (0: the card ignored, .75 at Nash, 1: the value
     strategy)."""
     cards = any(CARDS in r for c in curves.values() for r in c)
@@ -175,6 +179,9 @@ def plot(
             if average := averages[seed]:
                 ax.plot(x[1:], average, "--", color=line.get_color(),
                         label=f"seed {seed}, the iterates mixed")  # fmt: skip
+            if weighted := (linear or {}).get(seed):
+                ax.plot(x[1:], weighted, ":", color=line.get_color(),
+                        label=f"seed {seed}, mixed linearly")  # fmt: skip
             if seed in (distilled or {}):
                 ax.plot(x[-1] + 0.2, distilled[seed][METRIC], "*", ms=11, color=line.get_color(),
                         label=f"seed {seed}, the iterates distilled")  # fmt: skip
@@ -284,10 +291,11 @@ def report(saved: dict, out: Path) -> None:
     start = [c[0][METRIC] for c in curves.values()]
     final = [c[-1][METRIC] for c in curves.values()]
     averages = {seed: averaged(c) for seed, c in curves.items()}
+    linear = {seed: averaged(c, "linear") for seed, c in curves.items()}
     distilled = saved.get("distilled", {})
     (out / "kuhn.json").write_text(json.dumps(saved, indent=1))
     title = f"{base.name} ({base.model}): exploitability per iteration"
-    plot(curves, averages, out / "kuhn.png", title, distilled)
+    plot(curves, averages, out / "kuhn.png", title, distilled, linear)
     if base.population:
         title = f"{base.name}: a population of {base.population.size}, each member"
         plot_population(curves, out / "kuhn_population.png", title)
@@ -307,6 +315,7 @@ def report(saved: dict, out: Path) -> None:
                     for name, i in (("start", 0), ("final", -1))}  # fmt: skip
     if all(averages.values()):
         figures["kuhn_exploitability_average"] = [a[-1] for a in averages.values()]
+        figures["kuhn_exploitability_average_linear"] = [a[-1] for a in linear.values()]
     if distilled and set(distilled) == set(curves):
         for seed, d in distilled.items():
             print(f"seed {seed}: the iterates of iterations {d['iterations']} distilled: "

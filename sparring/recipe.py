@@ -87,10 +87,18 @@ class Average(_Strict):
     the exact mixture of the updated models' policies as each evaluation read them out whole
     (games that `reads_policy_table`: Kuhn Poker), both replies of every decision weighted by
     the mixture's probability of them, at the evaluation's temperature."""
+    weights: Literal["uniform", "linear"] = "uniform"
+    """How the iterates weigh in the mixture: `uniform`, or `linear`, the t-th weighing t (CFR+'s
+    linear averaging: the early iterates, far from where the run settles, count less). With
+    `source: rollouts` each iteration's rows are weighted so."""
     train: SFTConfig = Field(default_factory=_distilling)
     """The distillation's SFT (`device` is the top's); a field not given keeps
     configs/sft-average.yaml's value. `at_sampling_temperature` should stay on, or the model
     fits at T = 1 the moves that were sampled (or read out) at the rollout's (evaluation's) T."""
+
+    def mixture_weights(self, n: int) -> list[float]:
+        """The weights of `n` iterates, in the order they were made."""
+        return [float(t) if self.weights == "linear" else 1.0 for t in range(1, n + 1)]
 
     @model_validator(mode="before")
     @classmethod

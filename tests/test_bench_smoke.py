@@ -243,7 +243,27 @@ def test_kuhn_bench_merges_side_by_side_runs(bench, tmp_path):
     assert results["kuhn_card_dependence_final"] == pytest.approx(0.6, abs=1e-4)
     assert results["kuhn_exploitability_average"] == pytest.approx(1 / 6, abs=1e-4)
     assert results["kuhn_exploitability_average_se_seeds"] == pytest.approx(1 / 6, abs=1e-4)
+    assert results["kuhn_exploitability_average_linear"] == pytest.approx(1 / 6, abs=1e-4)
     assert (out / "kuhn.png").stat().st_size > 1000
+
+
+def test_kuhn_bench_mixes_the_iterates_uniformly_and_linearly(monkeypatch):
+    """The report's mixtures of the updated tables after the start: uniform, and linear (the
+    t-th weighs t), so that a run that ends at Nash after always-call is less exploitable
+    mixed linearly, and a mixture of one table is that table."""
+    from sparring.games.textarena import exploitability as kuhn
+
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))  # its `from learning import ...`
+    averaged = runpy.run_path(str(ROOT / "bench" / "kuhn.py"))["averaged"]
+    curve = [{f"p_bet/{s}": r["Bet"] for s, r in t.items()}
+             for t in (kuhn.UNIFORM, kuhn.ALWAYS_CALL, kuhn.NASH)]  # fmt: skip
+    curve = [{f"eval/{k}": v for k, v in row.items()} for row in curve]
+    uniform, linear = averaged(curve), averaged(curve, "linear")
+    assert uniform[0] == linear[0] == pytest.approx(1 / 3)  # always-call alone
+    tables = [kuhn.ALWAYS_CALL, kuhn.NASH]
+    assert uniform[1] == pytest.approx(kuhn.exploitability(kuhn.mixture(tables)))
+    assert linear[1] == pytest.approx(kuhn.exploitability(kuhn.mixture(tables, [1.0, 2.0])))
+    assert linear[1] < uniform[1] - 0.01
 
 
 def test_kuhn_bench_distills_a_folders_stored_iterates(bench, tiny_model_dir, tmp_path):

@@ -323,11 +323,16 @@ class Game(ABC):
         return {}
 
     def average_rows(
-        self, tokenizer: Any, iterates: list[dict[str, float]], temperature: float
+        self,
+        tokenizer: Any,
+        iterates: list[dict[str, float]],
+        temperature: float,
+        weights: list[float],
     ) -> list[dict[str, Any]]:
         """Weighted samples rows (`sparring.samples`) whose imitation at `temperature`
-        (`sparring.sft`, token-mean) fits the mixture of the iterates (one drawn per game) whose
-        `policy_metrics` are `iterates`. Only games that `reads_policy_table`."""
+        (`sparring.sft`, token-mean) fits the mixture of the iterates (one drawn per game, in
+        proportion to `weights`) whose `policy_metrics` are `iterates`. Only games that
+        `reads_policy_table`."""
         raise NotImplementedError(f"{self.name} reads no policy table out (reads_policy_table)")
 
     @classmethod

@@ -301,16 +301,26 @@ def _rollout_samples(
     cfg: PipelineConfig, run_name: str, iterations: list[int], model_dir: str, tmp: Path
 ) -> list[Path]:
     """Each iteration's stored `samples.parquet`, downloaded into `tmp` (games and stats stay
-    in storage)."""
-    from sparring import storage
+    in storage), its rows' `weight` scaled by the iteration's mixture weight (over their mean,
+    so the rows weigh as much in all) unless the weights are uniform."""
+    import pandas as pd
 
+    from sparring import storage
+    from sparring.sft import row_weights
+
+    weights = cfg.average.mixture_weights(len(iterations))
     samples = []
-    for i in iterations:
+    for i, w in zip(iterations, weights, strict=True):
         uri = run_uri(cfg, run_name, i, "rollout")
         wanted = [e for e in storage.verify(uri, cfg.storage.client_config())
                   if e.path == "samples.parquet"]  # fmt: skip
         storage.download_dir(uri, tmp / str(i), cfg.storage.client_config(), wanted)
-        samples.append(tmp / str(i) / "samples.parquet")
+        path = tmp / str(i) / "samples.parquet"
+        if len(set(weights)) > 1:
+            df = pd.read_parquet(path)
+            df["weight"] = row_weights(df) * (w / (sum(weights) / len(weights)))
+            df.to_parquet(path)
+        samples.append(path)
     return samples
 
 
@@ -334,7 +344,8 @@ def _mixture_rows(
         iterates.append({k.removeprefix("eval/"): v for k, v in json.loads(text).items()})
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     temperature = cfg.eval.rollout.sampling.temperature
-    rows = cfg.game.make().average_rows(tokenizer, iterates, temperature)
+    weights = cfg.average.mixture_weights(len(iterates))
+    rows = cfg.game.make().average_rows(tokenizer, iterates, temperature, weights)
     path = tmp / "mixture.parquet"
     pd.DataFrame(rows).to_parquet(path)
     return [path]

@@ -119,3 +119,25 @@ def test_the_tables_source_fits_the_mixture_of_the_stored_evaluations(tiny_model
     target = {s: row["Bet"] for s, row in kuhn.ALWAYS_CALL.items()}
     assert max(abs(after[s] - target[s]) for s in target) < 0.1, after
     assert max(abs(before[s] - target[s]) for s in target) > 0.4
+
+
+def test_linear_weights_scale_each_iterations_rollout_rows(tmp_path):
+    """`average.weights: linear` with `source: rollouts`: the t-th iteration's rows weigh t over
+    the mean weight (2/3 and 4/3 of their own weight for two iterations, so the rows weigh as
+    much in all); uniform weights leave the stored rows as they are."""
+    sets = (f"storage.root={tmp_path / 'store'}",)
+    rows = pd.DataFrame({"input_ids": [[1, 2], [3, 4]], "weight": [1.0, 3.0]})
+    for i in (0, 1):
+        (tmp_path / str(i)).mkdir()
+        rows.to_parquet(tmp_path / str(i) / "samples.parquet")
+    for weights, scale in (("uniform", (1, 1)), ("linear", (2 / 3, 4 / 3))):
+        over = (*sets, f"average={{weights: {weights}}}")
+        cfg = load_config(PipelineConfig, str(ROOT / "configs" / "pipeline.yaml"),
+                          parse_params(over))  # fmt: skip
+        for i in (0, 1):
+            upload(cfg, tmp_path / str(i), run_uri(cfg, "r", i, "rollout"))
+        paths = tasks._rollout_samples(cfg, "r", [0, 1], "", tmp_path / weights)
+        for path, s in zip(paths, scale, strict=True):
+            got = pd.read_parquet(path)
+            assert got["weight"].tolist() == pytest.approx([1.0 * s, 3.0 * s])
+            assert got["input_ids"].map(list).tolist() == [[1, 2], [3, 4]]

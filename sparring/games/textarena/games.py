@@ -144,13 +144,17 @@ class KuhnPoker(TextArenaGame):
         }
 
     def average_rows(
-        self, tokenizer: Any, iterates: list[dict[str, float]], temperature: float
+        self,
+        tokenizer: Any,
+        iterates: list[dict[str, float]],
+        temperature: float,
+        weights: list[float],
     ) -> list[dict[str, Any]]:
         """Both replies at each of the 12 information sets, weighted by the exact mixture of
         the iterates' tables (`exploitability.mixture`, `imitation_rows`)."""
         from sparring.games.textarena import exploitability as kuhn
 
-        mixed = kuhn.mixture([kuhn.table(m) for m in iterates])
+        mixed = kuhn.mixture([kuhn.table(m) for m in iterates], weights)
         return kuhn.imitation_rows(tokenizer, self, mixed, temperature)
 
 
