@@ -167,9 +167,9 @@ def plot(
     linear: dict[int, list[float]] | None = None,
 ) -> None:
     """Each seed's exploitability per iteration, its iterates' mixture dashed (`averages`,
-    where logged), weighted linearly dotted (`linear`), their distillation a star beside the last point (`distilled`) and, below
-    it where logged, its card dependence (0: the card ignored, .75 at Nash, 1: the value
-    strategy)."""
+    where logged), weighted linearly dotted (`linear`), their distillation a star beside the
+    last point (`distilled`) and, below it where logged, its card dependence (0: the card
+    ignored, .75 at Nash, 1: the value strategy)."""
     cards = any(CARDS in r for c in curves.values() for r in c)
     with saved_figure(path, title, size=(6.5, 6.4 if cards else 3.8), rows=1 + cards) as axes:
         ax = axes[0]
