@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from sparring import shared_prefix
 from sparring.gpu_memory import CHUNK_ELEMENTS  # logits per chunk (one chunk lives at a time)
 
 
@@ -36,13 +37,15 @@ def token_log_probs(
     entropy_grad: bool = False,
     chunk_elements: int = CHUNK_ELEMENTS,
     temperature: torch.Tensor | None = None,  # (B,) each row's sampling temperature; None = 1
+    prefix_group: torch.Tensor | None = None,  # (B,) rows of one id share their prompt
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(token t+1 | prefix) (B, T-1) fp32 of softmax(logits / temperature) and, if asked,
     its entropy (B, T-1); 0 where `response_mask` is 0. The entropy carries gradients only
-    with `entropy_grad`."""
+    with `entropy_grad`. With `prefix_group` the rows run packed behind the prefixes they share
+    (sparring.shared_prefix)."""
     log_prob, entropy, _ = token_scores(
         model, input_ids, attention_mask, response_mask, with_entropy, entropy_grad,
-        chunk_elements, temperature,
+        chunk_elements, temperature, prefix_group=prefix_group,
     )  # fmt: skip
     return log_prob, entropy
 
@@ -57,14 +60,21 @@ def token_scores(
     chunk_elements: int = CHUNK_ELEMENTS,
     temperature: torch.Tensor | None = None,  # (B,)
     pool_mask: torch.Tensor | None = None,  # (B, T) the positions to average, e.g. the prompt's
+    prefix_group: torch.Tensor | None = None,  # (B,)
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """`token_log_probs`, and with `pool_mask` each row's mean final hidden state over its
-    `pool_mask` positions (B, H) fp32, in the graph, from the same forward pass."""
+    `pool_mask` positions (B, H) fp32, in the graph, from the same forward pass. `prefix_group`
+    packs the rows by shared prefix where the model's head splits off and nothing is pooled."""
     pos = response_mask.bool()  # (B, T-1)
     labels = input_ids[:, 1:][pos]  # (N,)
     temps = None if temperature is None else temperature[:, None].expand(pos.shape)[pos]  # (N,)
     split = split_head(model, input_ids, attention_mask)
-    if split is not None:
+    if split is not None and prefix_group is not None and pool_mask is None:
+        decoder, head = split
+        rows = shared_prefix.response_hidden(
+            decoder, input_ids, attention_mask, response_mask, prefix_group
+        )  # (N, H)
+    elif split is not None:
         decoder, head = split
         hidden = decoder(
             input_ids=input_ids, attention_mask=attention_mask, use_cache=False

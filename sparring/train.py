@@ -78,6 +78,8 @@ class Batch:
     # (B, T-1) the engine's log-prob of token t+1 on response positions, 0 elsewhere; NaN on
     # the rows without them (scripted seats, older samples); None when no row has them
     rollout_log_prob: torch.Tensor | None = None
+    # (B,) the rows' prompt groups when the forward shares their prefixes (`share_prefix`)
+    prefix_group: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -96,8 +98,12 @@ class Batch:
         similar length (46% of the tokens were padding in random chunks of `make run`'s
         rollouts, 23% fewer tokens sorted). A mini-batch's gradient does not depend on its
         split (losses are aggregated against the whole mini-batch) unless a loss term is
-        taken per micro-batch (the transfer loss): `by_length` False keeps the given order."""
+        taken per micro-batch (the transfer loss): `by_length` False keeps the given order.
+        With `prefix_group` each micro-batch holds whole chunks of one prompt's rows
+        (`prompt_chunks`), which the forward packs behind their shared prefix."""
         lengths = self.attention_mask.sum(1)  # (B,)
+        if self.prefix_group is not None and by_length:
+            return iter(prompt_chunks(rows, self.prefix_group.tolist(), lengths.tolist(), size))
         ordered = sorted(rows, key=lambda r: -int(lengths[r])) if by_length else rows
         return _chunks(ordered, size)
 
@@ -112,6 +118,7 @@ class Batch:
             self.token_rewards[rows, : t - 1],
             self.temperature[rows],
             None if rollout is None else rollout[rows, : t - 1],
+            None if self.prefix_group is None else self.prefix_group[rows],
         )
 
     def to(self, device: torch.device) -> Batch:
@@ -123,7 +130,44 @@ class Batch:
             self.token_rewards.to(device),
             self.temperature.to(device),
             None if rollout is None else rollout.to(device),
+            None if self.prefix_group is None else self.prefix_group.to(device),
         )
+
+
+def prompt_chunks(
+    rows: list[int], group: list[int], lengths: list[int], size: int
+) -> list[list[int]]:
+    """`rows` in micro-batches of at most `size` rows that keep each prompt group's rows
+    together: each group's rows longest first in chunks of `size`, the chunks by total length,
+    then as many whole chunks per micro-batch as fit."""
+    members: dict[int, list[int]] = {}
+    for r in rows:
+        members.setdefault(group[r], []).append(r)
+    chunks = [
+        chunk
+        for rs in members.values()
+        for chunk in _chunks(sorted(rs, key=lambda r: -lengths[r]), size)
+    ]
+    chunks.sort(key=lambda c: -sum(lengths[r] for r in c))
+    out: list[list[int]] = []
+    for chunk in chunks:
+        if out and len(out[-1]) + len(chunk) <= size:
+            out[-1] = out[-1] + chunk
+        else:
+            out.append(chunk)
+    return out
+
+
+def prompt_groups(df: pd.DataFrame) -> np.ndarray:
+    """(B,) one id per prompt group: the rows one seat played from one game state (the same
+    `init_id` and `seat`), whose conversations open with the same prompt."""
+    missing = {"init_id", "seat"} - set(df.columns)
+    if missing:
+        raise ValueError(
+            f"share_prefix and mini_batches: prompts group rows by init_id and seat, but the "
+            f"samples have no {sorted(missing)} column; roll out again or turn them off"
+        )
+    return df.groupby(["init_id", "seat"], sort=False).ngroup().to_numpy()
 
 
 def load_samples(paths: list[str | Path], policy: str | None) -> pd.DataFrame:
@@ -255,6 +299,7 @@ def token_log_probs(
         with_entropy,
         entropy_grad,
         temperature=batch.temperature,
+        prefix_group=batch.prefix_group,
     )
 
 
@@ -285,14 +330,20 @@ def batched_log_probs(model, batch: Batch, rows, cfg: OptimConfig, device) -> to
     return out
 
 
-def schedule(n: int, cfg: OptimConfig, labels: list[Any] | None = None) -> list[list[int]]:
+def schedule(
+    n: int, cfg: OptimConfig, labels: list[Any] | None = None, prompts: list[int] | None = None
+) -> list[list[int]]:
     """Row indices of every optimizer step: `epochs` shuffled passes in mini-batches; with
     `labels` (one per row: GRPO's `balance_by` column) each pass is `balanced_order`, so each
     mini-batch holds equally many rows of every label, up to one, while every label has rows
-    left (a label with fewer rows runs out first, and the last mini-batches hold the rest)."""
+    left (a label with fewer rows runs out first, and the last mini-batches hold the rest).
+    With `prompts` (one prompt group per row: `mini_batches: prompts`) each pass is
+    `prompt_passes`: whole groups, in shuffled order."""
     if labels is not None and len(labels) != n:
         raise ValueError(f"{len(labels)} labels for {n} rows")
     gen = torch.Generator().manual_seed(cfg.seed)
+    if prompts is not None:
+        return [mini for _ in range(cfg.epochs) for mini in prompt_pass(prompts, cfg, gen)]
     passes = [
         balanced_order(labels, gen)
         if labels is not None
@@ -300,6 +351,24 @@ def schedule(n: int, cfg: OptimConfig, labels: list[Any] | None = None) -> list[
         for _ in range(cfg.epochs)
     ]
     return [mini for order in passes for mini in _chunks(order, cfg.mini_batch_size)]
+
+
+def prompt_pass(prompts: list[int], cfg: OptimConfig, gen: torch.Generator) -> list[list[int]]:
+    """One pass in mini-batches of whole prompt groups: the groups in shuffled order, each
+    group's rows shuffled, as many whole groups per mini-batch as `mini_batch_size` rows hold
+    (a larger group fills one alone)."""
+    members: dict[int, list[int]] = {}
+    for r, g in enumerate(prompts):
+        members.setdefault(g, []).append(r)
+    groups = list(members.values())
+    minis: list[list[int]] = []
+    for k in torch.randperm(len(groups), generator=gen).tolist():
+        rows = [groups[k][j] for j in torch.randperm(len(groups[k]), generator=gen).tolist()]
+        if minis and len(minis[-1]) + len(rows) <= cfg.mini_batch_size:
+            minis[-1] = minis[-1] + rows
+        else:
+            minis.append(rows)
+    return minis
 
 
 def balanced_order(labels: list[Any], gen: torch.Generator) -> list[int]:
@@ -608,14 +677,16 @@ def grpo_update(
     labels: list[Any] | None = None,
     roles: list[str] | None = None,
     update: int = 0,
+    prompts: list[int] | None = None,
 ) -> dict[str, float]:
     """Steps 2, 3, 5 and 6's mismatch on a loaded model: old/ref log-probs, then PPO epochs
     over mini-batches balanced by `labels` (the rows' `balance_by` values) if given, with the
     transfer loss over the rows' `roles` when `cfg.transfer_weight` > 0; `update` is this
-    update's index in the run (the lr schedule's place, see `optimize`). Returns metrics."""
+    update's index in the run (the lr schedule's place, see `optimize`); `prompts` (the rows'
+    prompt groups) makes mini-batches of whole groups. Returns metrics."""
     if cfg.transfer_weight and roles is None:
         raise ValueError("transfer_weight > 0 needs the rows' roles (train.transfer_roles)")
-    plan = schedule(len(batch), cfg, labels)
+    plan = schedule(len(batch), cfg, labels, prompts)
     rollout = batch.rollout_log_prob  # (B, T-1), NaN rows where unknown, or None
     if (cfg.bypass_mode or cfg.rollout_is) and not batch.scored.all():
         raise ValueError(
@@ -777,6 +848,12 @@ def train(
         )
         metrics |= dropped_groups
     labels, roles = balance_labels(df, cfg), transfer_roles(df, cfg)
+    prompts = None
+    if cfg.share_prefix or cfg.mini_batches == "prompts":
+        groups = prompt_groups(df)
+        prompts = groups.tolist() if cfg.mini_batches == "prompts" else None
+        if cfg.share_prefix:
+            batch.prefix_group = torch.tensor(groups)
     metrics["train/samples"] = float(len(df))
     metrics["train/dropped_rows"] = float(dropped)
     model = load_model(model_path, device, cfg=cfg)
@@ -785,8 +862,9 @@ def train(
         ref_model = load_model(ref_model_path, device, trainable=False, cfg=cfg)
     carry = load_optimizer(optimizer_in) if cfg.optimizer_state == "carry" else None
     metrics |= grpo_update(
-        model, batch, advantages, cfg, device, ref_model, on_step, carry, labels, roles, update
-    )
+        model, batch, advantages, cfg, device, ref_model, on_step, carry, labels, roles, update,
+        prompts,
+    )  # fmt: skip
     if carry is not None and optimizer_out is not None:
         save_optimizer(carry, optimizer_out)
     # 6. checkpoint (with the RAE baselines the next update starts from)

@@ -137,6 +137,15 @@ class GRPOConfig(OptimConfig):
     # Pairs of the samples' `role` values that the loss pulls together; a recipe fills in its
     # game's `transfer_pairs` when transfer_weight > 0 and this is None.
     transfer_pairs: list[tuple[str, str]] | None = None
+    # Run each shared prompt once per micro-batch: the rows one seat played from one game state
+    # (the same `init_id` and `seat`) are packed behind the prefix they share, which every
+    # forward and backward then computes once (sparring.shared_prefix; verl's
+    # use_prefix_grouper). The same loss and gradients, up to float rounding.
+    share_prefix: bool = False
+    # rows: each mini-batch is a shuffled draw of rows. prompts: of whole prompt groups (the
+    # rows of one init_id and seat, in shuffled order), as verl's mini-batches hold whole
+    # groups of a prompt's n responses; with share_prefix each prompt then runs once per step.
+    mini_batches: Literal["rows", "prompts"] = "rows"
 
     @model_validator(mode="after")
     def _check(self) -> GRPOConfig:
@@ -177,6 +186,16 @@ class GRPOConfig(OptimConfig):
             raise ValueError(
                 f"transfer_pairs {self.transfer_pairs} pairs a role with itself; each pair "
                 "names two different roles"
+            )
+        if self.share_prefix and self.transfer_weight:
+            raise ValueError(
+                "share_prefix packs rows by prompt, but the transfer loss pairs the rows of a "
+                "micro-batch as given; set share_prefix: false or transfer_weight: 0"
+            )
+        if self.mini_batches == "prompts" and self.balance_by is not None:
+            raise ValueError(
+                f"mini_batches: prompts keeps prompt groups whole, balance_by "
+                f"{self.balance_by!r} mixes rows by label; choose one"
             )
         if self.bypass_mode and self.rollout_is is not None:
             raise ValueError(

@@ -21,6 +21,7 @@ from sparring.train import (
     collate,
     grpo_update,
     load_model,
+    prompt_groups,
     schedule,
     token_log_probs,
     train,
@@ -354,6 +355,27 @@ def test_bypass_gives_the_recompute_update_when_they_agree(
     # the update's time counts the trainer's old-log-prob pass, which bypass skips
     assert 0 < metrics["perf/log_prob_pass_seconds"] < metrics["perf/train_seconds"]
     assert bypassed["perf/log_prob_pass_seconds"] < metrics["perf/log_prob_pass_seconds"] / 10
+
+
+def test_shared_prefixes_give_the_plain_update(tiny_model_dir, engine_samples, tokenizer):
+    """share_prefix packs each seat's rows of a game state behind their shared prompt, in the
+    old-log-prob pass and in every step: the same losses, gradient norms and weights (to float
+    rounding); with mini_batches: prompts each step holds one whole prompt group."""
+    plain, _, steps = update(tiny_model_dir, engine_samples, tokenizer)
+    shared, metrics, shared_steps = update(
+        tiny_model_dir, engine_samples, tokenizer, share_prefix=True
+    )
+    for a, b in zip(steps, shared_steps, strict=True):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-5, abs=1e-7)
+        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-5)
+    assert l2_gap(plain, shared) < 1e-3 * l2_gap(plain, load_model(tiny_model_dir, CPU))
+    assert metrics["train/mismatch_kl"] < 1e-9
+    df = engine_samples
+    cfg = GRPOConfig(mini_batch_size=2, micro_batch_size=2, mini_batches="prompts")
+    prompts = prompt_groups(df).tolist()
+    assert sorted(prompts) == [0, 0, 1, 1]  # 2 games of one state, 2 seats
+    for mini in schedule(len(df), cfg, prompts=prompts):
+        assert prompts[mini[0]] == prompts[mini[1]]
 
 
 def test_truncated_importance_sampling_weights_a_mismatched_update(

@@ -1,0 +1,124 @@
+"""What running each shared prompt once saves in a GRPO update, on a run's own samples.
+
+    .venv/bin/python bench/shared_prefix.py --config configs/pipeline-smollm2.yaml \\
+        --model <run>/warm --samples <run>/0/rollout/samples.parquet --inits 4
+
+A seat's rows played from one game state open with the same prompt (in
+`configs/pipeline-smollm2.yaml` about half of each row, shared by 8 rows). Three updates of
+the config's `train` section from the same weights on the same samples, one after another:
+  - plain: the config as it is;
+  - share_prefix: each micro-batch's rows packed behind the prompts they share
+    (`train.share_prefix`, sparring.shared_prefix): the same gradients, up to rounding;
+  - prompt mini-batches: `share_prefix` with `mini_batches: prompts` and micro-batches of
+    `--prompt-micro-batch` rows, so each prompt runs once per step: a different draw of rows
+    per step (verl's), so its weights differ from the others by more than rounding.
+Each prints its CPU and wall time, its forward tokens (padding included) against the rows'
+real tokens, and its largest weight difference from plain. `--inits` keeps the rows of that
+many game states (all by default). The RESULT lines end with
+`RESULT prompt_batches_update_speedup <plain CPU time / prompt mini-batches' CPU time>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import pandas as pd
+import torch
+from transformers import AutoTokenizer
+
+from sparring.cli.options import load_config, parse_params
+from sparring.loop.config import PipelineConfig
+from sparring.shared_prefix import pack
+from sparring.train import (
+    Batch,
+    advantages_for,
+    collate,
+    grpo_update,
+    load_model,
+    prompt_groups,
+    schedule,
+)
+
+
+def forward_tokens(batch: Batch, plan: list[list[int]], size: int) -> int:
+    """Tokens the model reads over every micro-batch of `plan` (packed rows when the batch has
+    prompt groups; each micro-batch padded to its longest row)."""
+    total = 0
+    for mini in plan:
+        for rows in batch.micro_batches(mini, size):
+            mb = batch.select(rows)
+            ids = mb.input_ids
+            if mb.prefix_group is not None:
+                ids = pack(mb.input_ids, mb.attention_mask, mb.prefix_group).input_ids
+            total += ids.numel()
+    return total
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--model", required=True, help="the checkpoint the samples were played by")
+    ap.add_argument("--samples", required=True, help="a rollout's samples.parquet")
+    ap.add_argument("--config", required=True, help="its `train` section is used")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config field (dotted path, YAML value); repeatable")  # fmt: skip
+    ap.add_argument("--inits", type=int, help="keep the rows of this many game states")
+    ap.add_argument("--prompt-micro-batch", type=int, default=8,
+                    help="rows per micro-batch with prompt mini-batches (one prompt's group)")  # fmt: skip
+    args = ap.parse_args()
+    base = load_config(PipelineConfig, args.config, parse_params(tuple(args.set))).train
+    cpu = torch.device("cpu")
+    df = pd.read_parquet(args.samples)
+    if args.inits:
+        df = df[df.init_id.isin(df.init_id.unique()[: args.inits])].reset_index(drop=True)
+    pad_id = AutoTokenizer.from_pretrained(args.model).pad_token_id
+    groups = torch.tensor(prompt_groups(df))
+    arms = {
+        "plain": base,
+        "share_prefix": base.model_copy(update={"share_prefix": True}),
+        "prompt mini-batches": base.model_copy(
+            update={
+                "share_prefix": True,
+                "mini_batches": "prompts",
+                "micro_batch_size": args.prompt_micro_batch,
+            }
+        ),
+    }
+    real = None
+    results: dict[str, tuple[float, float, int, torch.Tensor]] = {}
+    for name, cfg in arms.items():
+        batch = collate(df, pad_id, cfg.max_seq_len)
+        real = int(batch.attention_mask.sum()) * cfg.epochs
+        advantages, _ = advantages_for(df, batch, cfg)
+        prompts = groups.tolist() if cfg.mini_batches == "prompts" else None
+        if cfg.share_prefix:
+            batch.prefix_group = groups
+        plan = schedule(len(batch), cfg, prompts=prompts)
+        tokens = forward_tokens(batch, plan, cfg.micro_batch_size)
+        torch.manual_seed(cfg.seed)  # the same LoRA initialisation in every arm, as `train`
+        model = load_model(args.model, cpu, cfg=cfg)
+        wall, start = time.perf_counter(), time.process_time()
+        grpo_update(model, batch, advantages, cfg, cpu, prompts=prompts)
+        seconds, wall = time.process_time() - start, time.perf_counter() - wall
+        weights = torch.cat([p.detach().flatten().float() for p in model.parameters()])
+        results[name] = (seconds, wall, tokens, weights)
+    print(
+        f"{len(df)} rows of {df.init_id.nunique()} game states, {int(groups.max()) + 1} prompt "
+        f"groups, {torch.get_num_threads()} thread(s); {real} real tokens per pass"
+    )
+    plain = results["plain"]
+    for name, (seconds, wall, tokens, weights) in results.items():
+        gap = float((weights - plain[3]).abs().max())
+        print(
+            f"  {name:<20} cpu {seconds:8.1f} s  wall {wall:7.1f} s  forward tokens {tokens} "
+            f"(one forward pass of the update; {tokens / real - 1:+.0%} against the real)  "
+            f"largest weight difference from plain {gap:.2e}"
+        )
+    print(f"RESULT shared_prefix_update_speedup {plain[0] / results['share_prefix'][0]:.3f}")
+    print(
+        f"RESULT prompt_batches_update_speedup {plain[0] / results['prompt mini-batches'][0]:.3f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
