@@ -333,6 +333,19 @@ def test_engine_log_probs_equal_the_trainers_old_log_probs(
             assert got["mismatch_frac_out"] == 0
 
 
+def same_update(tiny_model_dir, df, tokenizer, **overrides) -> tuple[dict, dict]:
+    """Assert that the update with `overrides` is the plain one: every step's loss and gradient
+    norm to 1e-5 (relative), the weights in norm to 1e-3 of the update's size; returns both
+    updates' metrics."""
+    plain, metrics, steps = update(tiny_model_dir, df, tokenizer)
+    other, other_metrics, other_steps = update(tiny_model_dir, df, tokenizer, **overrides)
+    for a, b in zip(steps, other_steps, strict=True):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-5, abs=1e-7)
+        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-5)
+    assert l2_gap(plain, other) < 1e-3 * l2_gap(plain, load_model(tiny_model_dir, CPU))
+    return metrics, other_metrics
+
+
 def test_bypass_gives_the_recompute_update_when_they_agree(
     tiny_model_dir, engine_samples, tokenizer
 ):
@@ -341,15 +354,7 @@ def test_bypass_gives_the_recompute_update_when_they_agree(
     updates 3.6e-5 of their size apart). Not element by element: AdamW's first steps move a
     weight by about lr whatever its gradient's size, so a gradient near 0 whose sign rounds
     differently moves it the other way (measured on an AMD EPYC: 2% of the largest move)."""
-    recompute, metrics, steps = update(tiny_model_dir, engine_samples, tokenizer)
-    bypass, bypassed, bypass_steps = update(
-        tiny_model_dir, engine_samples, tokenizer, bypass_mode=True
-    )
-    for a, b in zip(steps, bypass_steps, strict=True):
-        assert b["loss"] == pytest.approx(a["loss"], rel=1e-5, abs=1e-7)
-        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-5)
-    moved = l2_gap(recompute, load_model(tiny_model_dir, CPU))
-    assert l2_gap(recompute, bypass) < 1e-3 * moved
+    metrics, bypassed = same_update(tiny_model_dir, engine_samples, tokenizer, bypass_mode=True)
     assert metrics["train/mismatch_kl"] < 1e-9 and metrics["train/mismatch_frac_out"] == 0
     assert bypassed["train/mismatch_kl"] < 1e-9  # bypass: on the first mini-batch's rows
     # the update's time counts the trainer's old-log-prob pass, which bypass skips
@@ -361,14 +366,7 @@ def test_shared_prefixes_give_the_plain_update(tiny_model_dir, engine_samples, t
     """share_prefix packs each seat's rows of a game state behind their shared prompt, in the
     old-log-prob pass and in every step: the same losses, gradient norms and weights (to float
     rounding)."""
-    plain, _, steps = update(tiny_model_dir, engine_samples, tokenizer)
-    shared, metrics, shared_steps = update(
-        tiny_model_dir, engine_samples, tokenizer, share_prefix=True
-    )
-    for a, b in zip(steps, shared_steps, strict=True):
-        assert b["loss"] == pytest.approx(a["loss"], rel=1e-5, abs=1e-7)
-        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-5)
-    assert l2_gap(plain, shared) < 1e-3 * l2_gap(plain, load_model(tiny_model_dir, CPU))
+    _, metrics = same_update(tiny_model_dir, engine_samples, tokenizer, share_prefix=True)
     assert metrics["train/mismatch_kl"] < 1e-9
     assert sorted(prompt_groups(engine_samples)) == [0, 0, 1, 1]  # 2 games of a state, 2 seats
 
