@@ -20,7 +20,8 @@ and returns the hidden states at the response positions, in the order
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -59,7 +60,7 @@ def pack(
 ) -> Packing:
     """The rows of each `group` id packed behind the prefix they share."""
     lengths = attention_mask.sum(1).tolist()
-    groups = _groups(group)
+    groups = rows_by_group(group.tolist(), range(len(lengths)))
     row_of = {r: g for g, members in enumerate(groups) for r in members}
     packed, positions, prefixes, starts = [], [], [], {}
     for members in groups:
@@ -93,12 +94,11 @@ def pack(
     )
 
 
-def _groups(group: torch.Tensor) -> list[list[int]]:
-    """Row indices by group id, in order of first appearance."""
-    ids = group.tolist()
+def rows_by_group(group: list[int], rows: Iterable[int]) -> list[list[int]]:
+    """`rows` by their `group` id, the groups in order of first appearance."""
     members: dict[int, list[int]] = {}
-    for r, g in enumerate(ids):
-        members.setdefault(g, []).append(r)
+    for r in rows:
+        members.setdefault(group[r], []).append(r)
     return list(members.values())
 
 
@@ -117,12 +117,9 @@ def response_hidden(
     `hidden[:, :-1][response_mask.bool()]`, from one packed forward pass."""
     device = input_ids.device
     packing = pack(input_ids.cpu(), attention_mask.cpu(), group.cpu())
-    packing = Packing(
-        packing.input_ids.to(device),
-        packing.position_ids.to(device),
-        packing.spans,
-        packing.row_group.to(device),
-        packing.column.to(device),
+    packing = replace(
+        packing,
+        **{k: v.to(device) for k, v in vars(packing).items() if isinstance(v, torch.Tensor)},
     )
     use_shared_attention(decoder.config)
     hidden = decoder(

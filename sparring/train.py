@@ -43,7 +43,15 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer
 
-from sparring import grpo, heap, logprobs, peak_flops, policy_model, rollout_correction
+from sparring import (
+    grpo,
+    heap,
+    logprobs,
+    peak_flops,
+    policy_model,
+    rollout_correction,
+    shared_prefix,
+)
 from sparring.device import pick_device
 from sparring.rae import RoleBaseline
 from sparring.samples import GENERIC_GROUP_KEYS, read_samples
@@ -140,12 +148,9 @@ def prompt_chunks(
     """`rows` in micro-batches of at most `size` rows that keep each prompt group's rows
     together: each group's rows longest first in chunks of `size`, the chunks by total length,
     then as many whole chunks per micro-batch as fit."""
-    members: dict[int, list[int]] = {}
-    for r in rows:
-        members.setdefault(group[r], []).append(r)
     chunks = [
         chunk
-        for rs in members.values()
+        for rs in shared_prefix.rows_by_group(group, rows)
         for chunk in _chunks(sorted(rs, key=lambda r: -lengths[r]), size)
     ]
     chunks.sort(key=lambda c: -sum(lengths[r] for r in c))
