@@ -4,16 +4,20 @@
         --model <run>/warm --samples <run>/0/rollout/samples.parquet --inits 4
 
 A seat's rows played from one game state open with the same prompt (in
-`configs/pipeline-smollm2.yaml` about half of each row, shared by 8 rows). Two updates of
-the config's `train` section from the same weights and LoRA initialisation on the same
-samples, one after the other: plain (`share_prefix` off) and `share_prefix` on (each
-micro-batch's rows packed behind the prompts they share, sparring.shared_prefix: the same
-gradients, up to rounding). Each prints its CPU and wall time, its forward tokens (padding included) against the rows'
+`configs/pipeline-smollm2.yaml` about half of each row, shared by 8 rows). Three updates of
+the config's `train` section from the same weights on the same samples, one after another:
+  - plain: the config as it is;
+  - share_prefix: each micro-batch's rows packed behind the prompts they share
+    (`train.share_prefix`, sparring.shared_prefix): the same gradients, up to rounding;
+  - prompt mini-batches: `share_prefix` with `mini_batches: prompts` and micro-batches of
+    `--prompt-micro-batch` rows, so each prompt runs once per step: a different draw of rows
+    per step (verl's), so its weights differ from the others by more than rounding.
+Each prints its CPU and wall time, its forward tokens (padding included) against the rows'
 real tokens, and how far its update lands from plain's: the norm of the difference of the
 updated weights over the norm of plain's update (the elementwise largest difference says
 little: AdamW's first steps move a weight by about lr whatever its gradient's size). `--inits` keeps the rows of that
-many game states (all by default). The last line is
-`RESULT shared_prefix_update_speedup <plain CPU time / shared-prefix CPU time>`.
+many game states (all by default). The RESULT lines end with
+`RESULT prompt_batches_update_speedup <plain CPU time / prompt mini-batches' CPU time>`.
 """
 
 from __future__ import annotations
@@ -61,6 +65,8 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config field (dotted path, YAML value); repeatable")  # fmt: skip
     ap.add_argument("--inits", type=int, help="keep the rows of this many game states")
+    ap.add_argument("--prompt-micro-batch", type=int, default=8,
+                    help="rows per micro-batch with prompt mini-batches (one prompt's group)")  # fmt: skip
     args = ap.parse_args()
     base = load_config(PipelineConfig, args.config, parse_params(tuple(args.set))).train
     cpu = torch.device("cpu")
@@ -70,8 +76,15 @@ def main() -> None:
     pad_id = AutoTokenizer.from_pretrained(args.model).pad_token_id
     groups = torch.tensor(prompt_groups(df))
     arms = {
-        "plain": base.model_copy(update={"share_prefix": False}),
+        "plain": base,
         "share_prefix": base.model_copy(update={"share_prefix": True}),
+        "prompt mini-batches": base.model_copy(
+            update={
+                "share_prefix": True,
+                "mini_batches": "prompts",
+                "micro_batch_size": args.prompt_micro_batch,
+            }
+        ),
     }
     real = None
     results: dict[str, tuple[float, float, int, torch.Tensor]] = {}  # the last: the update
@@ -79,15 +92,16 @@ def main() -> None:
         batch = collate(df, pad_id, cfg.max_seq_len)
         real = int(batch.attention_mask.sum()) * cfg.epochs
         advantages, _ = advantages_for(df, batch, cfg)
+        prompts = groups.tolist() if cfg.mini_batches == "prompts" else None
         if cfg.share_prefix:
             batch.prefix_group = groups
-        plan = schedule(len(batch), cfg)
+        plan = schedule(len(batch), cfg, prompts=prompts)
         tokens = forward_tokens(batch, plan, cfg.micro_batch_size)
         torch.manual_seed(cfg.seed)  # the same LoRA initialisation in every arm, as `train`
         model = load_model(args.model, cpu, cfg=cfg)
         before = torch.cat([p.detach().flatten().float() for p in model.parameters()])
         wall, start = time.perf_counter(), time.process_time()
-        grpo_update(model, batch, advantages, cfg, cpu)
+        grpo_update(model, batch, advantages, cfg, cpu, prompts=prompts)
         seconds, wall = time.process_time() - start, time.perf_counter() - wall
         weights = torch.cat([p.detach().flatten().float() for p in model.parameters()])
         results[name] = (seconds, wall, tokens, weights - before)
@@ -104,6 +118,9 @@ def main() -> None:
             f"update off plain's by {gap:.3f} of its norm"
         )
     print(f"RESULT shared_prefix_update_speedup {plain[0] / results['share_prefix'][0]:.3f}")
+    print(
+        f"RESULT prompt_batches_update_speedup {plain[0] / results['prompt mini-batches'][0]:.3f}"
+    )
 
 
 if __name__ == "__main__":

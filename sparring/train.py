@@ -169,8 +169,8 @@ def prompt_groups(df: pd.DataFrame) -> np.ndarray:
     missing = {"init_id", "seat"} - set(df.columns)
     if missing:
         raise ValueError(
-            f"share_prefix groups rows by init_id and seat, but the samples have no "
-            f"{sorted(missing)} column; roll out again or set share_prefix: false"
+            f"share_prefix and mini_batches: prompts group rows by init_id and seat, but the "
+            f"samples have no {sorted(missing)} column; roll out again or turn them off"
         )
     return df.groupby(["init_id", "seat"], sort=False).ngroup().to_numpy()
 
@@ -335,14 +335,20 @@ def batched_log_probs(model, batch: Batch, rows, cfg: OptimConfig, device) -> to
     return out
 
 
-def schedule(n: int, cfg: OptimConfig, labels: list[Any] | None = None) -> list[list[int]]:
+def schedule(
+    n: int, cfg: OptimConfig, labels: list[Any] | None = None, prompts: list[int] | None = None
+) -> list[list[int]]:
     """Row indices of every optimizer step: `epochs` shuffled passes in mini-batches; with
     `labels` (one per row: GRPO's `balance_by` column) each pass is `balanced_order`, so each
     mini-batch holds equally many rows of every label, up to one, while every label has rows
-    left (a label with fewer rows runs out first, and the last mini-batches hold the rest)."""
+    left (a label with fewer rows runs out first, and the last mini-batches hold the rest).
+    With `prompts` (one prompt group per row: `mini_batches: prompts`) each pass is
+    `prompt_pass`: whole groups, in shuffled order."""
     if labels is not None and len(labels) != n:
         raise ValueError(f"{len(labels)} labels for {n} rows")
     gen = torch.Generator().manual_seed(cfg.seed)
+    if prompts is not None:
+        return [mini for _ in range(cfg.epochs) for mini in prompt_pass(prompts, cfg, gen)]
     passes = [
         balanced_order(labels, gen)
         if labels is not None
@@ -350,6 +356,21 @@ def schedule(n: int, cfg: OptimConfig, labels: list[Any] | None = None) -> list[
         for _ in range(cfg.epochs)
     ]
     return [mini for order in passes for mini in _chunks(order, cfg.mini_batch_size)]
+
+
+def prompt_pass(prompts: list[int], cfg: OptimConfig, gen: torch.Generator) -> list[list[int]]:
+    """One pass in mini-batches of whole prompt groups: the groups in shuffled order, each
+    group's rows shuffled, as many whole groups per mini-batch as `mini_batch_size` rows hold
+    (a larger group fills one alone)."""
+    groups = shared_prefix.rows_by_group(prompts, range(len(prompts)))
+    minis: list[list[int]] = []
+    for k in torch.randperm(len(groups), generator=gen).tolist():
+        rows = [groups[k][j] for j in torch.randperm(len(groups[k]), generator=gen).tolist()]
+        if minis and len(minis[-1]) + len(rows) <= cfg.mini_batch_size:
+            minis[-1] = minis[-1] + rows
+        else:
+            minis.append(rows)
+    return minis
 
 
 def balanced_order(labels: list[Any], gen: torch.Generator) -> list[int]:
@@ -658,14 +679,16 @@ def grpo_update(
     labels: list[Any] | None = None,
     roles: list[str] | None = None,
     update: int = 0,
+    prompts: list[int] | None = None,
 ) -> dict[str, float]:
     """Steps 2, 3, 5 and 6's mismatch on a loaded model: old/ref log-probs, then PPO epochs
     over mini-batches balanced by `labels` (the rows' `balance_by` values) if given, with the
     transfer loss over the rows' `roles` when `cfg.transfer_weight` > 0; `update` is this
-    update's index in the run (the lr schedule's place, see `optimize`). Returns metrics."""
+    update's index in the run (the lr schedule's place, see `optimize`); `prompts` (the rows'
+    prompt groups) makes mini-batches of whole groups. Returns metrics."""
     if cfg.transfer_weight and roles is None:
         raise ValueError("transfer_weight > 0 needs the rows' roles (train.transfer_roles)")
-    plan = schedule(len(batch), cfg, labels)
+    plan = schedule(len(batch), cfg, labels, prompts)
     rollout = batch.rollout_log_prob  # (B, T-1), NaN rows where unknown, or None
     if (cfg.bypass_mode or cfg.rollout_is) and not batch.scored.all():
         raise ValueError(
@@ -827,8 +850,12 @@ def train(
         )
         metrics |= dropped_groups
     labels, roles = balance_labels(df, cfg), transfer_roles(df, cfg)
-    if cfg.share_prefix:
-        batch.prefix_group = torch.tensor(prompt_groups(df))
+    prompts = None
+    if cfg.share_prefix or cfg.mini_batches == "prompts":
+        groups = prompt_groups(df)
+        prompts = groups.tolist() if cfg.mini_batches == "prompts" else None
+        if cfg.share_prefix:
+            batch.prefix_group = torch.tensor(groups)
     metrics["train/samples"] = float(len(df))
     metrics["train/dropped_rows"] = float(dropped)
     model = load_model(model_path, device, cfg=cfg)
@@ -837,8 +864,9 @@ def train(
         ref_model = load_model(ref_model_path, device, trainable=False, cfg=cfg)
     carry = load_optimizer(optimizer_in) if cfg.optimizer_state == "carry" else None
     metrics |= grpo_update(
-        model, batch, advantages, cfg, device, ref_model, on_step, carry, labels, roles, update
-    )
+        model, batch, advantages, cfg, device, ref_model, on_step, carry, labels, roles, update,
+        prompts,
+    )  # fmt: skip
     if carry is not None and optimizer_out is not None:
         save_optimizer(carry, optimizer_out)
     # 6. checkpoint (with the RAE baselines the next update starts from)

@@ -333,8 +333,8 @@ def test_micro_batches_bench(bench, tiny_model_dir, tmp_path):
 
 
 def test_shared_prefix_bench(bench, tiny_model_dir, tmp_path):
-    """Plain and shared-prefix updates of the same samples: fewer forward tokens packed, the
-    same update up to rounding, and the speedup as the RESULT."""
+    """Plain, shared-prefix and prompt mini-batch updates of the same samples: fewer forward
+    tokens packed, the shared-prefix update plain's up to rounding, both speedups as RESULTs."""
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     df = make_samples(tokenizer, [1.0, 0.0, 0.3, 0.6, 0.2, 0.9, 0.5, 0.1])  # 4 prompt groups of 2
     # one mini-batch: each micro-batch of 2 then holds one prompt group, packed
@@ -343,7 +343,7 @@ def test_shared_prefix_bench(bench, tiny_model_dir, tmp_path):
     sets = ("train.mini_batch_size=8", "train.micro_batch_size=2", "train.bypass_mode=false")
     lines = bench.output(
         "shared_prefix.py", "--model", str(tiny_model_dir), "--samples", str(samples),
-        "--config", "configs/pipeline.yaml",
+        "--config", "configs/pipeline.yaml", "--prompt-micro-batch", "2",
         *(arg for pair in sets for arg in ("--set", pair)),
     )  # fmt: skip
     arms = {line.split("  cpu")[0].strip(): line for line in lines if "  cpu " in line}
@@ -351,8 +351,9 @@ def test_shared_prefix_bench(bench, tiny_model_dir, tmp_path):
     assert tokens["share_prefix"] < tokens["plain"]
     gap = float(arms["share_prefix"].split("update off plain's by ")[1].split()[0])
     assert gap < 1e-3
-    name, value = lines[-1].split()[1:]
-    assert name == "shared_prefix_update_speedup" and float(value) > 0
+    results = dict(line.split()[1:] for line in lines if line.startswith("RESULT"))
+    assert list(results) == ["shared_prefix_update_speedup", "prompt_batches_update_speedup"]
+    assert all(float(v) > 0 for v in results.values())
 
 
 # The smallest run of a shipped recipe that still warm-starts, plays, trains and evaluates

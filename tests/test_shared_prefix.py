@@ -1,5 +1,5 @@
 """Rows packed behind a shared prompt (sparring.shared_prefix) score and train exactly as
-unpacked rows, on real models; the micro-batches that keep a prompt's rows together."""
+unpacked rows, on real models; the micro-batches and mini-batches that keep prompts whole."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM
 
 from sparring.logprobs import token_log_probs
 from sparring.shared_prefix import pack, prefix_length
-from sparring.train import GRPOConfig, prompt_chunks
+from sparring.train import GRPOConfig, prompt_chunks, schedule
 
 
 def rows_with_prefixes(vocab: int, seed: int = 0):
@@ -129,6 +129,27 @@ def test_prompt_chunks_keep_each_prompts_rows_together():
     assert [1, 6, 2] in chunks  # group 0's longest rows first, then its last row elsewhere
 
 
-def test_share_prefix_refuses_the_transfer_loss():
-    with pytest.raises(ValueError, match="transfer loss pairs"):
-        GRPOConfig(share_prefix=True, transfer_weight=0.1, transfer_pairs=[("a", "b")])
+def test_prompt_mini_batches_hold_whole_groups_and_every_row_once_per_epoch():
+    prompts = [k // 8 for k in range(48)]  # six groups of 8 rows
+    cfg = GRPOConfig(mini_batch_size=16, micro_batch_size=8, epochs=2, mini_batches="prompts")
+    plan = schedule(48, cfg, prompts=prompts)
+    assert len(plan) == 6 and all(len(m) == 16 for m in plan)
+    for epoch in (plan[:3], plan[3:]):
+        assert sorted(r for m in epoch for r in m) == list(range(48))
+    for mini in plan:
+        assert sorted({prompts[r] for r in mini}) == sorted({r // 8 for r in mini})
+        assert all(sum(prompts[r] == g for r in mini) == 8 for g in {prompts[r] for r in mini})
+    assert [m[0] // 8 for m in plan[:3]] != [0, 2, 4]  # shuffled groups, not in order
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"share_prefix": True, "transfer_weight": 0.1, "transfer_pairs": [("a", "b")]},
+         "transfer loss pairs"),
+        ({"mini_batches": "prompts", "balance_by": "role"}, "choose one"),
+    ],
+)  # fmt: skip
+def test_options_that_reorder_rows_refuse_each_other(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        GRPOConfig(**overrides)

@@ -365,10 +365,15 @@ def test_bypass_gives_the_recompute_update_when_they_agree(
 def test_shared_prefixes_give_the_plain_update(tiny_model_dir, engine_samples, tokenizer):
     """share_prefix packs each seat's rows of a game state behind their shared prompt, in the
     old-log-prob pass and in every step: the same losses, gradient norms and weights (to float
-    rounding)."""
+    rounding); with mini_batches: prompts each step holds one whole prompt group."""
     _, metrics = same_update(tiny_model_dir, engine_samples, tokenizer, share_prefix=True)
     assert metrics["train/mismatch_kl"] < 1e-9
-    assert sorted(prompt_groups(engine_samples)) == [0, 0, 1, 1]  # 2 games of a state, 2 seats
+    df = engine_samples
+    cfg = GRPOConfig(mini_batch_size=2, micro_batch_size=2, mini_batches="prompts")
+    prompts = prompt_groups(df).tolist()
+    assert sorted(prompts) == [0, 0, 1, 1]  # 2 games of one state, 2 seats
+    for mini in schedule(len(df), cfg, prompts=prompts):
+        assert prompts[mini[0]] == prompts[mini[1]]
 
 
 def test_truncated_importance_sampling_weights_a_mismatched_update(
