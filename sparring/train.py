@@ -343,7 +343,7 @@ def schedule(
     mini-batch holds equally many rows of every label, up to one, while every label has rows
     left (a label with fewer rows runs out first, and the last mini-batches hold the rest).
     With `prompts` (one prompt group per row: `mini_batches: prompts`) each pass is
-    `prompt_pass`: whole groups, in shuffled order."""
+    `prompt_pass`: chunks of one prompt's rows, in shuffled order."""
     if labels is not None and len(labels) != n:
         raise ValueError(f"{len(labels)} labels for {n} rows")
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -359,17 +359,24 @@ def schedule(
 
 
 def prompt_pass(prompts: list[int], cfg: OptimConfig, gen: torch.Generator) -> list[list[int]]:
-    """One pass in mini-batches of whole prompt groups: the groups in shuffled order, each
-    group's rows shuffled, as many whole groups per mini-batch as `mini_batch_size` rows hold
-    (a larger group fills one alone)."""
-    groups = shared_prefix.rows_by_group(prompts, range(len(prompts)))
+    """One pass in mini-batches of prompt chunks: each prompt group's rows shuffled and cut
+    into chunks of `micro_batch_size` rows, the chunks in shuffled order, as many whole chunks
+    per mini-batch as `mini_batch_size` rows hold. A micro-batch then holds one prompt's rows,
+    whose shared prefix `share_prefix` runs once."""
+    chunks = [
+        chunk
+        for rows in shared_prefix.rows_by_group(prompts, range(len(prompts)))
+        for chunk in _chunks(
+            [rows[j] for j in torch.randperm(len(rows), generator=gen).tolist()],
+            cfg.micro_batch_size,
+        )
+    ]
     minis: list[list[int]] = []
-    for k in torch.randperm(len(groups), generator=gen).tolist():
-        rows = [groups[k][j] for j in torch.randperm(len(groups[k]), generator=gen).tolist()]
-        if minis and len(minis[-1]) + len(rows) <= cfg.mini_batch_size:
-            minis[-1] = minis[-1] + rows
+    for k in torch.randperm(len(chunks), generator=gen).tolist():
+        if minis and len(minis[-1]) + len(chunks[k]) <= cfg.mini_batch_size:
+            minis[-1] = minis[-1] + chunks[k]
         else:
-            minis.append(rows)
+            minis.append(list(chunks[k]))
     return minis
 
 

@@ -142,9 +142,10 @@ class GRPOConfig(OptimConfig):
     # forward and backward then computes once (sparring.shared_prefix; verl's
     # use_prefix_grouper). The same loss and gradients, up to float rounding.
     share_prefix: bool = False
-    # rows: each mini-batch is a shuffled draw of rows. prompts: of whole prompt groups (the
-    # rows of one init_id and seat, in shuffled order), as verl's mini-batches hold whole
-    # groups of a prompt's n responses; with share_prefix each prompt then runs once per step.
+    # rows: each mini-batch is a shuffled draw of rows. prompts: of chunks of micro_batch_size
+    # rows of one prompt group (the rows of one init_id and seat), in shuffled order; a chunk
+    # the size of a group gives verl's mini-batches, whole groups of a prompt's n responses.
+    # With share_prefix each chunk's prompt then runs once per step.
     mini_batches: Literal["rows", "prompts"] = "rows"
 
     @model_validator(mode="after")
@@ -194,7 +195,7 @@ class GRPOConfig(OptimConfig):
             )
         if self.mini_batches == "prompts" and self.balance_by is not None:
             raise ValueError(
-                f"mini_batches: prompts keeps prompt groups whole, balance_by "
+                f"mini_batches: prompts keeps prompt chunks whole, balance_by "
                 f"{self.balance_by!r} mixes rows by label; choose one"
             )
         if self.bypass_mode and self.rollout_is is not None:

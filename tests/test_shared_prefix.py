@@ -129,7 +129,7 @@ def test_prompt_chunks_keep_each_prompts_rows_together():
     assert [1, 6, 2] in chunks  # group 0's longest rows first, then its last row elsewhere
 
 
-def test_prompt_mini_batches_hold_whole_groups_and_every_row_once_per_epoch():
+def test_prompt_mini_batches_hold_whole_chunks_and_every_row_once_per_epoch():
     prompts = [k // 8 for k in range(48)]  # six groups of 8 rows
     cfg = GRPOConfig(mini_batch_size=16, micro_batch_size=8, epochs=2, mini_batches="prompts")
     plan = schedule(48, cfg, prompts=prompts)
@@ -140,6 +140,13 @@ def test_prompt_mini_batches_hold_whole_groups_and_every_row_once_per_epoch():
         assert sorted({prompts[r] for r in mini}) == sorted({r // 8 for r in mini})
         assert all(sum(prompts[r] == g for r in mini) == 8 for g in {prompts[r] for r in mini})
     assert [m[0] // 8 for m in plan[:3]] != [0, 2, 4]  # shuffled groups, not in order
+    # micro-batches of 4: each mini-batch holds four chunks of 4 rows, each of one group
+    halves = schedule(48, cfg.model_copy(update={"micro_batch_size": 4}), prompts=prompts)
+    assert len(halves) == 6 and sorted(r for m in halves[:3] for r in m) == list(range(48))
+    for mini in halves:
+        chunks = [mini[i : i + 4] for i in range(0, 16, 4)]
+        assert all(len({prompts[r] for r in c}) == 1 for c in chunks)
+    assert any(len({prompts[r] for r in m}) > 2 for m in halves)  # half groups mix further
 
 
 @pytest.mark.parametrize(
