@@ -6,12 +6,13 @@
 A seat's rows played from one game state open with the same prompt (in
 `configs/pipeline-smollm2.yaml` about half of each row, shared by 8 rows). Three updates of
 the config's `train` section from the same weights on the same samples, one after another:
-  - plain: the config as it is;
+  - plain: the config with `share_prefix` off;
   - share_prefix: each micro-batch's rows packed behind the prompts they share
     (`train.share_prefix`, sparring.shared_prefix): the same gradients, up to rounding;
   - prompt mini-batches: `share_prefix` with `mini_batches: prompts` and micro-batches of
-    `--prompt-micro-batch` rows, so each prompt runs once per step: a different draw of rows
-    per step (verl's), so its weights differ from the others by more than rounding.
+    `--prompt-micro-batch` rows, each one prompt's chunk (at a group's size, verl's whole
+    groups: each prompt runs once per step): a different draw of rows per step, so its
+    weights differ from the others by more than rounding.
 Each prints its CPU and wall time, its forward tokens (padding included) against the rows'
 real tokens, and how far its update lands from plain's: the norm of the difference of the
 updated weights over the norm of plain's update (the elementwise largest difference says
@@ -76,7 +77,7 @@ def main() -> None:
     pad_id = AutoTokenizer.from_pretrained(args.model).pad_token_id
     groups = torch.tensor(prompt_groups(df))
     arms = {
-        "plain": base,
+        "plain": base.model_copy(update={"share_prefix": False}),
         "share_prefix": base.model_copy(update={"share_prefix": True}),
         "prompt mini-batches": base.model_copy(
             update={

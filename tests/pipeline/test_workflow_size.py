@@ -59,7 +59,8 @@ def test_cap_from_the_growth_by_hand():
 
 def test_the_gpu_configs_cap_matches_compiles_at_cap_and_cap_plus_one(tmp_path):
     """The cap (a run past it fails) from two compiles agrees with real compiles at the cap and
-    one past it; the linear extrapolation matches both to 1%."""
+    one past it. The linear extrapolation of the compressed size is never under them and over
+    by at most 2% (gzip finds a few repeats across iterations, so the real growth slows)."""
     cfg = shipped("pipeline-gpu.yaml")
     growth = measure(cfg)
     cap = max_iterations(cfg)
@@ -69,7 +70,7 @@ def test_the_gpu_configs_cap_matches_compiles_at_cap_and_cap_plus_one(tmp_path):
     assert growth.compressed_per_iteration < growth.workflow_per_iteration / 4  # gzip
     sizes = compiled(cfg, (cap, cap + 1), compressed_workflow_bytes, tmp_path)
     for n, size in sizes.items():
-        assert size == pytest.approx(growth.stored_bytes(n), rel=0.01)
+        assert 0.98 * growth.stored_bytes(n) <= size <= growth.stored_bytes(n)
     # a run at the cap fits; one past it the estimate is over, and the real size is over or
     # within the estimate's 1% of the budget (the cap is exact or one short, never too long)
     assert sizes[cap] <= BUDGET < growth.stored_bytes(cap + 1)
