@@ -16,14 +16,18 @@ the config's `train` section from the same weights on the same samples, one afte
 Each prints its CPU and wall time, its forward tokens (padding included) against the rows'
 real tokens, and how far its update lands from plain's: the norm of the difference of the
 updated weights over the norm of plain's update (the elementwise largest difference says
-little: AdamW's first steps move a weight by about lr whatever its gradient's size). `--inits` keeps the rows of that
-many game states (all by default). The RESULT lines end with
+little: AdamW's first steps move a weight by about lr whatever its gradient's size).
+`--inits` keeps the rows of that many game states (all by default). `--repeats N` runs N
+rounds of the three, each round starting with the next arm, and takes each arm's median CPU
+time: a host whose speed drifts by 10% between runs (CPU-2e) hides a 1.2x in one round.
+The RESULT lines end with
 `RESULT prompt_batches_update_speedup <plain CPU time / prompt mini-batches' CPU time>`.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import pandas as pd
@@ -68,6 +72,9 @@ def main() -> None:
     ap.add_argument("--inits", type=int, help="keep the rows of this many game states")
     ap.add_argument("--prompt-micro-batch", type=int, default=8,
                     help="rows per micro-batch with prompt mini-batches (one prompt's group)")  # fmt: skip
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="rounds of all arms, each round starting one arm later; the RESULT "
+                         "lines take each arm's median CPU time (a host's drift hits all arms)")  # fmt: skip
     args = ap.parse_args()
     base = load_config(PipelineConfig, args.config, parse_params(tuple(args.set))).train
     cpu = torch.device("cpu")
@@ -88,8 +95,12 @@ def main() -> None:
         ),
     }
     real = None
-    results: dict[str, tuple[float, float, int, torch.Tensor]] = {}  # the last: the update
-    for name, cfg in arms.items():
+    names = list(arms)
+    rounds = [names[r % len(names) :] + names[: r % len(names)] for r in range(args.repeats)]
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in names}  # (cpu, wall)
+    results: dict[str, tuple[int, torch.Tensor]] = {}  # forward tokens, the first update
+    for name in (name for order in rounds for name in order):
+        cfg = arms[name]
         batch = collate(df, pad_id, cfg.max_seq_len)
         real = int(batch.attention_mask.sum()) * cfg.epochs
         advantages, _ = advantages_for(df, batch, cfg)
@@ -103,24 +114,28 @@ def main() -> None:
         before = torch.cat([p.detach().flatten().float() for p in model.parameters()])
         wall, start = time.perf_counter(), time.process_time()
         grpo_update(model, batch, advantages, cfg, cpu, prompts=prompts)
-        seconds, wall = time.process_time() - start, time.perf_counter() - wall
+        times[name].append((time.process_time() - start, time.perf_counter() - wall))
         weights = torch.cat([p.detach().flatten().float() for p in model.parameters()])
-        results[name] = (seconds, wall, tokens, weights - before)
+        results.setdefault(name, (tokens, weights - before))
     print(
         f"{len(df)} rows of {df.init_id.nunique()} game states, {int(groups.max()) + 1} prompt "
         f"groups, {torch.get_num_threads()} thread(s); {real} real tokens per pass"
     )
-    plain = results["plain"]
-    for name, (seconds, wall, tokens, moved) in results.items():
-        gap = float((moved - plain[3]).norm() / plain[3].norm())
+    cpu_s = {name: statistics.median(c for c, _ in runs) for name, runs in times.items()}
+    plain = results["plain"][1]
+    for name in names:
+        tokens, moved = results[name]
+        gap = float((moved - plain).norm() / plain.norm())
+        runs = " ".join(f"{c:.1f}" for c, _ in times[name])
+        wall = statistics.median(w for _, w in times[name])
         print(
-            f"  {name:<20} cpu {seconds:8.1f} s  wall {wall:7.1f} s  forward tokens {tokens} "
+            f"  {name:<20} cpu {cpu_s[name]:8.1f} s  wall {wall:7.1f} s  forward tokens {tokens} "
             f"(one forward pass of the update; {tokens / real - 1:+.0%} against the real)  "
-            f"update off plain's by {gap:.3f} of its norm"
+            f"update off plain's by {gap:.3f} of its norm  (cpu s by round: {runs})"
         )
-    print(f"RESULT shared_prefix_update_speedup {plain[0] / results['share_prefix'][0]:.3f}")
+    print(f"RESULT shared_prefix_update_speedup {cpu_s['plain'] / cpu_s['share_prefix']:.3f}")
     print(
-        f"RESULT prompt_batches_update_speedup {plain[0] / results['prompt mini-batches'][0]:.3f}"
+        f"RESULT prompt_batches_update_speedup {cpu_s['plain'] / cpu_s['prompt mini-batches']:.3f}"
     )
 
 

@@ -333,8 +333,9 @@ def test_micro_batches_bench(bench, tiny_model_dir, tmp_path):
 
 
 def test_shared_prefix_bench(bench, tiny_model_dir, tmp_path):
-    """Plain, shared-prefix and prompt mini-batch updates of the same samples: fewer forward
-    tokens packed, the shared-prefix update plain's up to rounding, both speedups as RESULTs."""
+    """Plain, shared-prefix and prompt mini-batch updates of the same samples, two rounds each:
+    fewer forward tokens packed, the shared-prefix update plain's up to rounding, both speedups
+    as RESULTs."""
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     df = make_samples(tokenizer, [1.0, 0.0, 0.3, 0.6, 0.2, 0.9, 0.5, 0.1])  # 4 prompt groups of 2
     # one mini-batch: each micro-batch of 2 then holds one prompt group, packed
@@ -343,10 +344,11 @@ def test_shared_prefix_bench(bench, tiny_model_dir, tmp_path):
     sets = ("train.mini_batch_size=8", "train.micro_batch_size=2", "train.bypass_mode=false")
     lines = bench.output(
         "shared_prefix.py", "--model", str(tiny_model_dir), "--samples", str(samples),
-        "--config", "configs/pipeline.yaml", "--prompt-micro-batch", "2",
+        "--config", "configs/pipeline.yaml", "--prompt-micro-batch", "2", "--repeats", "2",
         *(arg for pair in sets for arg in ("--set", pair)),
     )  # fmt: skip
     arms = {line.split("  cpu")[0].strip(): line for line in lines if "  cpu " in line}
+    assert all(len(line.split("by round: ")[1].split()) == 2 for line in arms.values())
     tokens = {name: int(line.split("forward tokens ")[1].split()[0]) for name, line in arms.items()}
     assert tokens["share_prefix"] < tokens["plain"]
     gap = float(arms["share_prefix"].split("update off plain's by ")[1].split()[0])
