@@ -216,7 +216,11 @@ def test_peak_rss_sees_a_block_s_own_peak_and_not_an_earlier_one():
 # 2 x 400 x 1024 fp32 blocks, 3.1 MiB) are mapped when the heap is bounded, with the model
 # counted as large (`MIN_PARAMS` 0): once as the trainer runs it (`reusing_model` around each
 # optimizer step's micro-batches and the old-log-prob pass), once without the scopes. The
-# updated weights must be the same to the bit; the page faults must drop.
+# updated weights must be the same to the bit; the page faults must drop below 70%. With
+# the scopes the update faulted about 60k times; without, 150k-185k idle, but as few as
+# 111k-135k beside a process that allocates and frees 1 GiB in a loop (the test suite's
+# other worker): ratios of .34-.41 idle and up to .57 there. Without the scopes in both
+# runs the ratio was .82-1.09.
 UPDATE = """
 import contextlib, resource, tempfile, pandas as pd, torch
 from sparring import heap, train
@@ -257,5 +261,5 @@ def test_the_trainer_s_activations_reuse_the_heap_and_train_the_same_weights():
         [sys.executable, "-c", UPDATE], env=env, capture_output=True, text=True, check=True
     )
     mapped, reused, gap = out.stdout.split()[-3:]
-    assert int(reused) < int(mapped) / 2
+    assert int(reused) < 0.7 * int(mapped)
     assert float(gap) == 0.0
